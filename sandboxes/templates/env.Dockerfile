@@ -1,0 +1,20 @@
+# One environment image per repository: its resolved dependencies and nothing of its code.
+# The code is copied into /workspace at run time; `project/` carries only the project's installed
+# metadata (dist-info, console scripts) and a .pth naming where its packages will be found.
+FROM {base_image} AS build
+COPY wheels /tmp/wheels
+COPY project /tmp/project
+RUN python3 -m venv /opt/venv \
+ && /opt/venv/bin/python -m pip install --no-index --no-deps --no-cache-dir \
+        --disable-pip-version-check --no-compile /tmp/wheels/*.whl \
+ && /opt/venv/bin/python /tmp/project/install_metadata.py /tmp/project /opt/venv /workspace
+
+FROM {base_image}
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:/usr/local/bin:/usr/bin:/bin \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp/home \
+    LANG=C.UTF-8
+LABEL {labels}
