@@ -1,0 +1,364 @@
+"""Run a repository's own pytest suite in a sandbox and read each test's outcome.
+
+pytest writes a JUnit XML report to /tmp/taskforge (outside the repository tree), with the small
+taskforge plugin adding each test's exact node id; ``taskforge.junit`` parses it. With ``runs > 1``
+the suite runs again on a fresh copy of the tree in the same container, and every test whose
+outcome changes between runs is flagged as flaky.
+
+``run_suite_on_host`` runs the same command on the host, in a venv built from the same
+wheelhouse: the reference that sandboxed results are checked against.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from taskforge.environment import WORKSPACE, Environment
+from taskforge.errors import NoTestsError, TestRunError
+from taskforge.junit import PLUGIN_MODULE, CollectionError, JUnitReport, Outcome, TestResult, parse_junit, plugin_source
+from taskforge.sandbox import SandboxBackend, SandboxLimits
+from taskforge.sources import Snapshot
+
+__all__ = [
+    "Agreement",
+    "compare_runs",
+    "RunResult",
+    "RunStatus",
+    "SuiteResult",
+    "check_run",
+    "find_test_files",
+    "pytest_command",
+    "require_test_files",
+    "run_suite",
+    "run_suite_on_host",
+]
+
+RunStatus = Literal["ok", "tests_failed", "collection_errors", "timeout", "oom", "no_tests", "crashed"]
+
+_TOOL_DIR = "/tmp/taskforge"
+_REPORT = f"{_TOOL_DIR}/report.xml"
+_PLUGIN_DIR = f"{_TOOL_DIR}/plugin"
+_SKIP_DIRS = {".git", ".tox", ".nox", ".venv", "venv", "node_modules", "build", "dist", "site-packages"}
+
+# pytest's own exit codes, for the messages.
+_PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
+
+
+def find_test_files(repo: Path) -> list[str]:
+    """Relative paths of files pytest would collect by default (test_*.py, *_test.py)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(repo):
+        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")]
+        for name in filenames:
+            if name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")):
+                found.append((Path(dirpath) / name).relative_to(repo).as_posix())
+    return sorted(found)
+
+
+def require_test_files(snapshot: Snapshot) -> None:
+    """Raise ``NoTestsError`` early, before any environment is built, if there is nothing to run."""
+    if not find_test_files(snapshot.path):
+        raise NoTestsError(f"{snapshot.source} has no pytest tests (no test_*.py or *_test.py files)")
+
+
+def pytest_command(*, report: str, extra_args: Sequence[str] = ()) -> list[str]:
+    """The pytest invocation used everywhere, sandbox and host alike."""
+    return [
+        "python",
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",  # .pytest_cache would hold node ids; nothing must be left behind
+        "-p",
+        PLUGIN_MODULE,
+        f"--junitxml={report}",
+        "-o",
+        "junit_family=xunit1",
+        "-q",
+        *extra_args,
+    ]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunResult:
+    """One execution of the suite."""
+
+    status: RunStatus
+    exit_code: int | None
+    duration_s: float
+    results: dict[str, TestResult]
+    collection_errors: tuple[CollectionError, ...]
+    output_tail: str
+    """The last lines pytest printed (for messages)."""
+    truncated: bool
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(r.outcome for r in self.results.values()))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SuiteResult:
+    """All runs of a suite, and what they agree on."""
+
+    source: str
+    commit: str
+    image: str
+    runs: tuple[RunResult, ...]
+    flaky: dict[str, tuple[Outcome, ...]] = field(default_factory=dict)
+    """Tests whose outcome changed between runs, with the outcome of each run."""
+
+    @property
+    def outcomes(self) -> dict[str, Outcome]:
+        """Each test's outcome in the first run."""
+        return {nodeid: r.outcome for nodeid, r in self.runs[0].results.items()}
+
+    def stable_passing(self) -> list[str]:
+        return sorted(n for n, o in self.outcomes.items() if o == "passed" and n not in self.flaky)
+
+    def summary(self) -> dict[str, Any]:
+        durations = sorted(r.duration_s for r in self.runs)
+        return {
+            "source": self.source,
+            "commit": self.commit,
+            "image": self.image,
+            "runs": len(self.runs),
+            "status": [r.status for r in self.runs],
+            "tests": len(self.outcomes),
+            "counts": self.runs[0].counts(),
+            "median_duration_s": round(durations[len(durations) // 2], 3),
+            "flaky": sorted(self.flaky),
+            "collection_errors": [f"{e.location}: {e.message}" for e in self.runs[0].collection_errors],
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.summary(),
+            "tests_by_id": {
+                nodeid: {
+                    "outcome": result.outcome,
+                    "duration_s": result.duration_s,
+                    "message": result.message,
+                    "flaky": list(self.flaky.get(nodeid, ())),
+                }
+                for nodeid, result in self.runs[0].results.items()
+            },
+        }
+
+
+def _classify(exit_code: int | None, report: JUnitReport | None, *, timed_out: bool, oom: bool) -> RunStatus:
+    if timed_out:
+        return "timeout"
+    if oom:
+        return "oom"
+    if report is None:
+        return "crashed"
+    if report.collection_errors:
+        return "collection_errors"
+    if exit_code == 5 or not report.results:
+        return "no_tests"
+    if exit_code == 0:
+        return "ok"
+    if exit_code == 1:
+        return "tests_failed"
+    return "crashed"
+
+
+def _flaky(runs: Sequence[RunResult]) -> dict[str, tuple[Outcome, ...]]:
+    ids = sorted(set().union(*(r.results for r in runs)))
+    flaky = {}
+    for nodeid in ids:
+        seen = tuple(r.results[nodeid].outcome if nodeid in r.results else "error" for r in runs)
+        if len(set(seen)) > 1:
+            flaky[nodeid] = seen
+    return flaky
+
+
+def run_suite(
+    snapshot: Snapshot,
+    env: Environment,
+    *,
+    backend: SandboxBackend,
+    limits: SandboxLimits | None = None,
+    runs: int = 1,
+    timeout_s: float = 1800.0,
+    extra_args: Sequence[str] = (),
+) -> SuiteResult:
+    """Run the suite ``runs`` times in one hardened container started from ``env.image``."""
+    if runs < 1:
+        raise ValueError(f"runs must be at least 1, got {runs}")
+    require_test_files(snapshot)
+    limits = limits or SandboxLimits.load()
+    results = []
+    with backend.start(env.image, limits=limits, labels={"taskforge.repo": snapshot.name}) as box:
+        for _ in range(runs):
+            if not box.alive:
+                break
+            box.exec(["find", WORKSPACE, "-mindepth", "1", "-delete"], timeout_s=120, workdir="/")
+            box.exec(["mkdir", "-p", _PLUGIN_DIR], timeout_s=30, workdir="/")
+            box.put_tree(snapshot.path, WORKSPACE)
+            box.put_files({f"{PLUGIN_MODULE}.py": plugin_source().encode()}, _PLUGIN_DIR)
+            nonce = secrets.token_hex(16)
+            cmd = pytest_command(report=_REPORT, extra_args=extra_args)
+            started = time.monotonic()
+            result = box.exec(
+                cmd,
+                timeout_s=timeout_s,
+                workdir=WORKSPACE,
+                env={"PYTHONPATH": _PLUGIN_DIR, "TASKFORGE_NONCE": nonce},
+            )
+            duration = time.monotonic() - started
+            report = None
+            if box.alive:
+                try:
+                    report = parse_junit(box.read_file(_REPORT), known_paths=find_test_files(snapshot.path))
+                except FileNotFoundError:
+                    report = None
+            if report is not None and report.nonce != nonce:
+                raise TestRunError(
+                    f"the JUnit report of {snapshot.source} does not carry this run's nonce", reason="report_forged"
+                )
+            results.append(_run_result(result.exit_code, report, result.text(), duration,
+                                       timed_out=result.timed_out, oom=result.limit_hit == "oom", truncated=result.truncated))
+    return SuiteResult(
+        source=snapshot.source, commit=snapshot.commit, image=env.image, runs=tuple(results), flaky=_flaky(results)
+    )
+
+
+def _run_result(
+    exit_code: int | None, report: JUnitReport | None, output: str, duration: float, *, timed_out: bool, oom: bool, truncated: bool
+) -> RunResult:
+    return RunResult(
+        status=_classify(exit_code, report, timed_out=timed_out, oom=oom),
+        exit_code=exit_code,
+        duration_s=duration,
+        results=dict(report.results) if report else {},
+        collection_errors=report.collection_errors if report else (),
+        output_tail="\n".join(output.strip().splitlines()[-20:]),
+        truncated=truncated,
+    )
+
+
+def check_run(result: SuiteResult) -> None:
+    """Raise ``TestRunError``/``NoTestsError`` with one clear line if the suite could not run."""
+    first = result.runs[0]
+    if first.status == "collection_errors":
+        errors = first.collection_errors
+        raise TestRunError(
+            f"{len(errors)} test module(s) failed to import in {result.source}: "
+            f"{errors[0].location}: {errors[0].message}",
+            reason="collection_errors",
+        )
+    if first.status == "no_tests":
+        raise NoTestsError(f"pytest collected no tests in {result.source}")
+    if first.status == "crashed":
+        what = _PYTEST_EXIT.get(first.exit_code or 0, f"exit code {first.exit_code}")
+        tail = first.output_tail.strip().splitlines()[-1:] or ["(no output)"]
+        raise TestRunError(f"pytest could not run in {result.source} ({what}): {tail[0][:200]}")
+
+
+# -- the host reference --------------------------------------------------------------------------
+
+
+def _host_venv(env: Environment) -> tuple[Path, Path]:
+    """A venv with the environment's wheelhouse and project metadata installed, and its workspace.
+
+    Built once per environment, beside its wheelhouse. Like the image, the venv's .pth points at a
+    fixed workspace folder, into which each host run copies the repository afresh; host runs of
+    one environment therefore must not overlap.
+    """
+    home = Path(env.wheelhouse).parent
+    venv, workspace = home / "host-venv", home / "host-workspace"
+    if (venv / "ok").is_file():
+        return venv, workspace
+    if venv.exists():
+        shutil.rmtree(venv)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    python = str(venv / "bin" / "python")
+    wheels = sorted(str(w) for w in Path(env.wheelhouse).glob("*.whl"))
+    for cmd in (
+        [python, "-m", "pip", "install", "--no-index", "--no-deps", "-q", *wheels],
+        [python, str(Path(env.project_dir) / "install_metadata.py"), env.project_dir, str(venv), str(workspace)],
+    ):
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise TestRunError(f"host reference venv for {env.name}: {proc.stderr.strip()[-300:]}")
+    (venv / "ok").write_text("")
+    return venv, workspace
+
+
+def run_suite_on_host(
+    snapshot: Snapshot, env: Environment, *, timeout_s: float = 1800.0, extra_args: Sequence[str] = ()
+) -> RunResult:
+    """Run the same suite with the same wheels directly on the host (not isolated: trusted code only)."""
+    venv, work = _host_venv(env)
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(snapshot.path, work, symlinks=True)
+    with tempfile.TemporaryDirectory(prefix="taskforge-host-") as tmp:
+        plugin_dir = Path(tmp) / "plugin"
+        plugin_dir.mkdir()
+        (plugin_dir / f"{PLUGIN_MODULE}.py").write_text(plugin_source())
+        report_path = Path(tmp) / "report.xml"
+        cmd = pytest_command(report=str(report_path), extra_args=extra_args)
+        environ: Mapping[str, str] = {
+            "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
+            "PYTHONPATH": str(plugin_dir),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HOME": str(Path(tmp) / "home"),
+            "LANG": "C.UTF-8",
+            "TASKFORGE_NONCE": secrets.token_hex(16),
+        }
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(
+                [str(venv / "bin" / "python"), *cmd[1:]],
+                cwd=work,
+                env=dict(environ),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return _run_result(None, None, "", timeout_s, timed_out=True, oom=False, truncated=False)
+        duration = time.monotonic() - started
+        report = parse_junit(report_path.read_bytes(), known_paths=find_test_files(work)) if report_path.is_file() else None
+        return _run_result(proc.returncode, report, proc.stdout + proc.stderr, duration,
+                           timed_out=False, oom=False, truncated=False)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Agreement:
+    """How two runs of one suite compare, test by test."""
+
+    matching: int
+    total: int
+    """Size of the union of node ids."""
+    differences: dict[str, tuple[str, str]]
+    """node id → (outcome in a, outcome in b); "missing" where one run lacks the test."""
+
+    @property
+    def rate(self) -> float:
+        return self.matching / self.total if self.total else 1.0
+
+
+def compare_runs(a: RunResult, b: RunResult) -> Agreement:
+    ids = set(a.results) | set(b.results)
+    differences = {}
+    for nodeid in sorted(ids):
+        left = a.results[nodeid].outcome if nodeid in a.results else "missing"
+        right = b.results[nodeid].outcome if nodeid in b.results else "missing"
+        if left != right:
+            differences[nodeid] = (left, right)
+    return Agreement(matching=len(ids) - len(differences), total=len(ids), differences=differences)
