@@ -11,7 +11,10 @@ mirror=${2:?mirror}
 root=$(mktemp -d /var/tmp/taskforge-rootfs.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 
-debootstrap --variant=minbase --include=python3,python3-venv,git,ca-certificates \
+# Debian splits parts of CPython's standard library into separate packages; a suite must see the
+# whole stdlib (tkinter, dbm, distutils, lib2to3) and the tz database, as on a usual host.
+debootstrap --variant=minbase \
+    --include=python3,python3-venv,python3-tk,python3-gdbm,python3-distutils,python3-lib2to3,tzdata,git,ca-certificates \
     "$suite" "$root" "$mirror" >&2
 
 # The unprivileged user every sandbox runs as. uid 10001 matches sandboxes/security.toml.

@@ -1,0 +1,153 @@
+"""Sandboxed suite runs on small local projects: outcomes, node ids, flaky detection, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from taskforge.environment import build_environment
+from taskforge.sources import fetch
+from taskforge.testrun import run_suite
+
+pytestmark = pytest.mark.docker
+
+PYPROJECT = """
+    [build-system]
+    requires = ["setuptools>=61"]
+    build-backend = "setuptools.build_meta"
+    [project]
+    name = "{name}"
+    version = "0.1"
+    [project.scripts]
+    {name}-cli = "{name}.cli:main"
+"""
+
+TRICKY = '''
+import importlib.metadata
+import os
+
+import pytest
+
+from tricky import double
+
+
+@pytest.mark.parametrize("value", ["a b", "x[1]", "é ü", "a::b", "p/q", ""])
+def test_ids(value):
+    assert double(value) == value * 2
+
+
+class TestGroup:
+    class TestInner:
+        def test_nested(self):
+            assert True
+
+    def test_fails(self):
+        assert double(1) == 3
+
+
+@pytest.mark.xfail(reason="known")
+def test_xfail():
+    assert False
+
+
+@pytest.mark.xfail(reason="fixed already")
+def test_xpass():
+    assert True
+
+
+@pytest.mark.skip(reason="not here")
+def test_skipped():
+    pass
+
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture broke")
+
+
+def test_error(broken):
+    pass
+
+
+def test_metadata_and_console_script():
+    assert importlib.metadata.version("tricky") == "0.1"
+    assert os.popen("tricky-cli").read().strip() == "cli ran"
+
+
+def test_flaky_across_runs():
+    marker = "/tmp/flaky-marker"
+    first = not os.path.exists(marker)
+    open(marker, "w").close()
+    assert first
+'''
+
+
+def _project(root: Path) -> Path:
+    files = {
+        "pyproject.toml": PYPROJECT.format(name="tricky"),
+        "src/tricky/__init__.py": "def double(x):\n    return x * 2\n",
+        "src/tricky/cli.py": "def main():\n    print('cli ran')\n",
+        "tests/test_tricky.py": TRICKY,
+    }
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.fixture(scope="module")
+def tricky(tmp_path_factory, backend, base_image, session_cache):  # type: ignore[no-untyped-def]
+    snapshot = fetch(str(_project(tmp_path_factory.mktemp("tricky") / "tricky")))
+    env = build_environment(snapshot, backend=backend, base=base_image)
+    return snapshot, env
+
+
+def test_outcomes_and_node_ids(tricky, backend) -> None:  # type: ignore[no-untyped-def]
+    snapshot, env = tricky
+    assert env.import_roots == ("src",)
+    result = run_suite(snapshot, env, backend=backend, runs=2)
+    outcomes = result.outcomes
+    prefix = "tests/test_tricky.py::"
+    # pytest escapes non-ASCII characters in parameter ids; the node id is what pytest prints.
+    for param in ["a b", "x[1]", "\\xe9 \\xfc", "a::b", "p/q", ""]:
+        assert outcomes[f"{prefix}test_ids[{param}]"] == "passed", sorted(outcomes)
+    assert outcomes[f"{prefix}TestGroup::TestInner::test_nested"] == "passed"
+    assert outcomes[f"{prefix}TestGroup::test_fails"] == "failed"
+    assert outcomes[f"{prefix}test_xfail"] == "xfailed"
+    assert outcomes[f"{prefix}test_xpass"] == "xpassed"
+    assert outcomes[f"{prefix}test_skipped"] == "skipped"
+    assert outcomes[f"{prefix}test_error"] == "error"
+    assert outcomes[f"{prefix}test_metadata_and_console_script"] == "passed"
+    # /tmp survives between runs in one container, so this test passes once, then fails.
+    assert result.flaky == {f"{prefix}test_flaky_across_runs": ("passed", "failed")}
+    assert [run.status for run in result.runs] == ["tests_failed", "tests_failed"]
+
+
+def test_cli_json_and_summary(tricky, session_cache: Path) -> None:  # type: ignore[no-untyped-def]
+    snapshot, _ = tricky
+    environ = {**os.environ, "TASKFORGE_CACHE": str(session_cache)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskforge.cli", "test", str(snapshot.path), "--json"],
+        capture_output=True, text=True, env=environ, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["tests"] == 14
+    assert data["tests_by_id"]["tests/test_tricky.py::test_ids[\\xe9 \\xfc]"]["outcome"] == "passed"
+    assert "assert 2 == 3" in data["tests_by_id"]["tests/test_tricky.py::TestGroup::test_fails"]["message"]
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskforge.cli", "test", str(snapshot.path), "--runs", "2"],
+        capture_output=True, text=True, env=environ, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "14 tests" in proc.stdout
+    assert "flaky: 1" in proc.stdout
+    assert "test_flaky_across_runs: passed / failed" in proc.stdout
