@@ -245,17 +245,22 @@ def _resolve(
     proc = attempt(requirements)
     if proc.returncode == 0:
         return list(requirements), []
-    base = [r for r in requirements if canonicalize_name(_req_name(r.requirement)) == "pytest"]
-    proc = attempt(base)
-    if proc.returncode != 0:
-        raise DependencyError(
-            f"cannot resolve the dependencies of {project.name}: {_pip_error(proc)}",
-            reason="dependency_unresolvable",
-        )
-    kept, dropped = list(base), []
-    for req in requirements:
-        if req in base:
-            continue
+    # Declared requirements go in together when they can; inferred ones (imports in test files,
+    # pytest plugins) may be wrong guesses, so after a failure each is tried on its own.
+    declared = [r for r in requirements if r.declared]
+    if attempt(declared).returncode == 0:
+        kept, candidates = declared, [r for r in requirements if not r.declared]
+    else:
+        kept = [r for r in requirements if canonicalize_name(r.name) == "pytest"]
+        proc = attempt(kept)
+        if proc.returncode != 0:
+            raise DependencyError(
+                f"cannot resolve the dependencies of {project.name}: {_pip_error(proc)}",
+                reason="dependency_unresolvable",
+            )
+        candidates = [r for r in requirements if r not in kept]
+    dropped = []
+    for req in candidates:
         proc = attempt([*kept, req])
         if proc.returncode == 0:
             kept.append(req)
@@ -268,10 +273,6 @@ def _resolve(
     if proc.returncode != 0:
         raise DependencyError(f"cannot resolve the test requirements of {project.name}: {_pip_error(proc)}")
     return kept, dropped
-
-
-def _req_name(requirement: str) -> str:
-    return re.split(r"[\s\[<>=!~;@(]", requirement, maxsplit=1)[0]
 
 
 def _wheel_dist(filename: str) -> tuple[str, str]:

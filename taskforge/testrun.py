@@ -201,13 +201,13 @@ def run_suite(
     limits = limits or SandboxLimits.load()
     results = []
     with backend.start(env.image, limits=limits, labels={"taskforge.repo": snapshot.name}) as box:
-        for _ in range(runs):
+        box.put_files({f"{_PLUGIN_DIR.removeprefix('/tmp/')}/{PLUGIN_MODULE}.py": plugin_source().encode()}, "/tmp")
+        for index in range(runs):
             if not box.alive:
                 break
-            box.exec(["find", WORKSPACE, "-mindepth", "1", "-delete"], timeout_s=120, workdir="/")
-            box.exec(["mkdir", "-p", _PLUGIN_DIR], timeout_s=30, workdir="/")
+            if index > 0:  # every run starts from a pristine tree
+                box.exec(["find", WORKSPACE, "-mindepth", "1", "-delete"], timeout_s=120, workdir="/", reap=False)
             box.put_tree(snapshot.path, WORKSPACE)
-            box.put_files({f"{PLUGIN_MODULE}.py": plugin_source().encode()}, _PLUGIN_DIR)
             nonce = secrets.token_hex(16)
             cmd = pytest_command(report=_REPORT, extra_args=extra_args)
             started = time.monotonic()

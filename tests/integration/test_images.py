@@ -1,0 +1,80 @@
+"""Base and environment images: content-derived tags, reuse, no project code; leaked-container gc."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from taskforge.baseimage import build_base
+from taskforge.environment import build_environment
+from taskforge.sandbox import SandboxLimits
+from taskforge.sources import fetch
+
+pytestmark = pytest.mark.docker
+
+
+def test_build_base_is_idempotent(backend, base_image) -> None:  # type: ignore[no-untyped-def]
+    started = time.monotonic()
+    again = build_base(backend)
+    assert again == base_image
+    assert time.monotonic() - started < 30, "a second build reuses the image (only a probe runs)"
+
+
+def test_build_base_from_an_existing_image(backend, base_image) -> None:  # type: ignore[no-untyped-def]
+    derived = build_base(backend, from_image=base_image.tag)
+    try:
+        assert derived.tag.startswith("taskforge-base:from-")
+        assert derived.origin == f"from {base_image.tag}"
+        assert derived.python == base_image.python
+        with backend.start(derived.tag, limits=SandboxLimits.load()) as box:
+            result = box.exec(["sh", "-c", "id -un && git --version"], timeout_s=30)
+        assert result.status == "ok", result.text()
+        assert result.stdout.decode().startswith("sandbox\ngit version")
+        assert build_base(backend, from_image=base_image.tag).tag == derived.tag
+    finally:
+        build_base(backend)  # make the offline image the current base again
+
+
+def test_environment_image_holds_no_project_code(backend, base_image, session_cache) -> None:  # type: ignore[no-untyped-def]
+    snapshot = fetch("pypi:iniconfig==2.3.1")
+    env = build_environment(snapshot, backend=backend, base=base_image)
+    assert build_environment(snapshot, backend=backend, base=base_image) == env, "second build reuses"
+    assert not any(name.startswith("iniconfig==") for name in env.installed)
+    with backend.start(env.image, limits=SandboxLimits.load()) as box:
+        # The metadata is installed, the code is not: nothing of iniconfig's source in any path.
+        meta = box.exec(["python", "-c", "import importlib.metadata as m; print(m.version('iniconfig'))"], timeout_s=30)
+        assert meta.stdout.decode().strip() == "2.3.1", meta.text()
+        missing = box.exec(["python", "-c", "import iniconfig"], timeout_s=30)
+        assert "ModuleNotFoundError" in missing.text()
+        grep = box.exec(["sh", "-c", "grep -rl 'def parse_ini_data\\|class IniConfig' /opt /usr /etc /var /home 2>/dev/null; true"], timeout_s=120, workdir="/")
+        assert grep.stdout == b"", grep.stdout
+
+
+def test_gc_removes_containers_of_dead_owners(backend, base_image, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from taskforge.sandbox import SandboxLimits, open_backend
+        box = open_backend("docker").start({base_image.tag!r}, limits=SandboxLimits.load())
+        print(box.name, flush=True)
+        time.sleep(600)
+        """
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    name = owner.stdout.readline().strip()
+    assert name in backend.managed_containers()
+    assert name not in backend.gc(), "its owner is alive: not leaked"
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait()
+    owner.stdout.close()
+    proc = subprocess.run([sys.executable, "-m", "taskforge.cli", "sandbox", "gc"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "removed" in proc.stdout
+    assert name not in backend.managed_containers()
