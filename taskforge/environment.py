@@ -72,6 +72,10 @@ class Environment:
     python: str
     import_roots: tuple[str, ...]
     """Directories, relative to the repository root, that the .pth puts on sys.path."""
+    package_paths: tuple[str, ...]
+    """The project's top-level packages and modules, relative to the repository root."""
+    pytest_args: tuple[str, ...]
+    """Arguments every run adds: ``--no-cov`` where pytest-cov is installed, and the like."""
     extras: tuple[str, ...]
     """The project's own extras whose requirements were installed."""
     installed: tuple[str, ...]
@@ -91,7 +95,7 @@ class Environment:
     def from_json(cls, data: dict[str, Any]) -> Environment:
         data = dict(data)
         data["dropped"] = tuple(DroppedRequirement(**d) for d in data["dropped"])
-        for key in ("import_roots", "extras", "installed", "requirements"):
+        for key in ("import_roots", "package_paths", "pytest_args", "extras", "installed", "requirements"):
             data[key] = tuple(data[key])
         return cls(**data)
 
@@ -205,9 +209,9 @@ def _console_scripts(entry_points: str) -> dict[str, str]:
     return scripts
 
 
-def _import_roots(repo: Path, top_level: Sequence[str]) -> tuple[str, ...]:
-    """Directories (relative to ``repo``) that hold the wheel's top-level packages and modules."""
-    roots: list[str] = []
+def _package_paths(repo: Path, top_level: Sequence[str]) -> tuple[str, ...]:
+    """Repo-relative paths of the wheel's top-level packages and modules (``src/pkg``, ``six.py``)."""
+    paths: list[str] = []
     for name in top_level:
         best: Path | None = None
         for dirpath, dirnames, filenames in os.walk(repo):
@@ -216,14 +220,31 @@ def _import_roots(repo: Path, top_level: Sequence[str]) -> tuple[str, ...]:
             if len(rel.parts) > 3:
                 dirnames[:] = []
                 continue
-            if name in dirnames or f"{name}.py" in filenames:
-                if best is None or len(rel.parts) < len(best.parts):
-                    best = rel
-        if best is not None:
-            root = best.as_posix()
-            if root not in roots:
-                roots.append(root)
+            for candidate in (name, f"{name}.py"):
+                if (candidate in dirnames or candidate in filenames) and (
+                    best is None or len(rel.parts) < len(best.parts) - 1
+                ):
+                    best = rel / candidate
+        if best is not None and best.as_posix() not in paths:
+            paths.append(best.as_posix())
+    return tuple(paths)
+
+
+def _import_roots(package_paths: Sequence[str]) -> tuple[str, ...]:
+    """The directories that must be on sys.path for the packages to import."""
+    roots: list[str] = []
+    for path in package_paths:
+        root = Path(path).parent.as_posix()
+        if root not in roots:
+            roots.append(root)
     return tuple(roots or ["."])
+
+
+# Tools that taskforge itself needs inside every environment.
+_TOOL_REQUIREMENTS = (DetectedRequirement(requirement="coverage>=7", origin="taskforge: per-test coverage map", declared=False),)
+
+# Plugins that would change what a run means; switched off when the environment has them.
+_PLUGIN_OVERRIDES = {"pytest-cov": ("--no-cov",), "pytest-randomly": ("-p", "no:randomly")}
 
 
 # -- the wheelhouse ------------------------------------------------------------------------------
@@ -290,7 +311,12 @@ def build_environment(
     cache = cache_dir or cache_root() / "envs"
     python = host_python(base.python)
     detected = detect_test_requirements(snapshot.path)
-    key = _digest(snapshot.commit, base.image_id, json.dumps(detected.to_json(), sort_keys=True))[:20]
+    key = _digest(
+        snapshot.commit,
+        base.image_id,
+        json.dumps(detected.to_json(), sort_keys=True),
+        *(r.requirement for r in _TOOL_REQUIREMENTS),
+    )[:20]
     record = cache / f"{canonicalize_name(snapshot.name)}-{key}.json"
     if record.is_file():
         env = Environment.from_json(json.loads(record.read_text()))
@@ -304,12 +330,16 @@ def build_environment(
         extras = sorted(e for e in detected.extras if canonicalize_name(e) in project.provides_extra)
         wheelhouse = work / "wheels"
         wheelhouse.mkdir()
-        kept, dropped = _resolve(python, project, extras, detected.requirements, wheelhouse)
+        requirements = list(detected.requirements)
+        names = {r.name for r in requirements}
+        requirements += [r for r in _TOOL_REQUIREMENTS if r.name not in names]
+        kept, dropped = _resolve(python, project, extras, requirements, wheelhouse)
         own = canonicalize_name(project.name)
         for wheel in wheelhouse.glob("*.whl"):
             if _wheel_dist(wheel.name)[0] == own:
                 wheel.unlink()  # the project's code must not enter the image
-        import_roots = _import_roots(snapshot.path, project.top_level)
+        package_paths = _package_paths(snapshot.path, project.top_level)
+        import_roots = _import_roots(package_paths)
 
         context = work / "context"
         (context / "project" / "dist-info").mkdir(parents=True)
@@ -347,6 +377,7 @@ def build_environment(
         final.mkdir()
         shutil.move(str(wheelhouse), str(final / "wheels"))
         shutil.move(str(context / "project"), str(final / "project"))
+        installed_names = {_wheel_dist(w.name)[0] for w in (final / "wheels").glob("*.whl")}
         env = Environment(
             name=snapshot.name,
             image=tag,
@@ -354,6 +385,8 @@ def build_environment(
             base_image=base.tag,
             python=base.python,
             import_roots=import_roots,
+            package_paths=package_paths,
+            pytest_args=tuple(arg for dist, args in _PLUGIN_OVERRIDES.items() if dist in installed_names for arg in args),
             extras=tuple(extras),
             installed=tuple(sorted("%s==%s" % _wheel_dist(w.name) for w in (final / "wheels").glob("*.whl"))),
             requirements=tuple(f"{r.requirement}  # {r.origin}" for r in kept),

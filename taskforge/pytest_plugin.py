@@ -11,10 +11,18 @@ with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``. It adds JUnit properties that ``taskf
 - ``taskforge.nonce`` once, on the ``<testsuite>``: the value of ``$TASKFORGE_NONCE``. The variable
   is removed from the environment before any ``conftest.py`` is imported, so test code cannot read
   it and forge a report that passes the scorer's check.
+
+With ``$TASKFORGE_COVERAGE_OUT`` set it also measures line coverage (coverage.py) of the
+directories in ``$TASKFORGE_COVERAGE_SOURCE`` with one context per test, and writes
+``{node id: {file: [lines]}}`` as JSON to that path when pytest ends. With
+``$TASKFORGE_SELECT`` naming a JSON file of node ids, only those tests run (the rest are
+deselected): argument lists cannot carry tens of thousands of ids. These variables are removed
+from the environment before any test code runs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Generator
 from typing import Any
@@ -25,8 +33,14 @@ NODEID_PROPERTY = "taskforge.nodeid"
 OUTCOME_PROPERTY = "taskforge.outcome"
 NONCE_PROPERTY = "taskforge.nonce"
 NONCE_ENV = "TASKFORGE_NONCE"
+COVERAGE_OUT_ENV = "TASKFORGE_COVERAGE_OUT"
+COVERAGE_SOURCE_ENV = "TASKFORGE_COVERAGE_SOURCE"
+SELECT_ENV = "TASKFORGE_SELECT"
 
 _nonce_key = pytest.StashKey[str]()
+_coverage_key = pytest.StashKey[Any]()
+_coverage_out_key = pytest.StashKey[str]()
+_select_key = pytest.StashKey[frozenset[str]]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -35,6 +49,56 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     nonce = os.environ.pop(NONCE_ENV, None)
     if nonce is not None:
         early_config.stash[_nonce_key] = nonce
+    select = os.environ.pop(SELECT_ENV, None)
+    if select is not None:
+        with open(select, encoding="utf-8") as f:
+            early_config.stash[_select_key] = frozenset(json.load(f))
+    coverage_out = os.environ.pop(COVERAGE_OUT_ENV, None)
+    coverage_source = os.environ.pop(COVERAGE_SOURCE_ENV, "")
+    if coverage_out is not None:
+        import coverage  # only the coverage-map run needs it
+
+        # In memory, ignoring any project coverage config: only this map is wanted.
+        cov = coverage.Coverage(data_file=None, config_file=False, source=coverage_source.split(os.pathsep))
+        cov.start()
+        early_config.stash[_coverage_key] = cov
+        early_config.stash[_coverage_out_key] = coverage_out
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = config.stash.get(_select_key, None)
+    if wanted is None:
+        return
+    deselected = [item for item in items if item.nodeid not in wanted]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.nodeid in wanted]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, Any, None]:
+    cov = item.config.stash.get(_coverage_key, None)
+    if cov is not None:
+        cov.switch_context(item.nodeid)  # setup, call and teardown all count for the test
+    yield
+    if cov is not None:
+        cov.switch_context("")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cov = config.stash.get(_coverage_key, None)
+    if cov is None:
+        return
+    cov.stop()
+    data = cov.get_data()
+    lines_by_test: dict[str, dict[str, list[int]]] = {}
+    for path in sorted(data.measured_files()):
+        for line, contexts in sorted(data.contexts_by_lineno(path).items()):
+            for context in contexts:
+                if context:
+                    lines_by_test.setdefault(context, {}).setdefault(path, []).append(line)
+    with open(config.stash[_coverage_out_key], "w", encoding="utf-8") as out:
+        json.dump(lines_by_test, out)
 
 
 @pytest.hookimpl(trylast=True)  # after junitxml's own pytest_configure has set up its writer

@@ -11,23 +11,26 @@ wheelhouse: the reference that sandboxed results are checked against.
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import secrets
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from taskforge.environment import WORKSPACE, Environment
 from taskforge.errors import NoTestsError, TestRunError
 from taskforge.junit import PLUGIN_MODULE, CollectionError, JUnitReport, Outcome, TestResult, parse_junit, plugin_source
-from taskforge.sandbox import SandboxBackend, SandboxLimits
+from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
 from taskforge.sources import Snapshot
 
 __all__ = [
@@ -35,6 +38,7 @@ __all__ = [
     "compare_runs",
     "RunResult",
     "RunStatus",
+    "SuiteRunner",
     "SuiteResult",
     "check_run",
     "find_test_files",
@@ -49,6 +53,8 @@ RunStatus = Literal["ok", "tests_failed", "collection_errors", "timeout", "oom",
 _TOOL_DIR = "/tmp/taskforge"
 _REPORT = f"{_TOOL_DIR}/report.xml"
 _PLUGIN_DIR = f"{_TOOL_DIR}/plugin"
+_DRIVER_SOURCE = Path(__file__).with_name("pytest_driver.py")
+_REPLY_LIMIT = 1 << 30  # the driver's reply carries the whole JUnit report
 _SKIP_DIRS = {".git", ".tox", ".nox", ".venv", "venv", "node_modules", "build", "dist", "site-packages"}
 
 # pytest's own exit codes, for the messages.
@@ -102,6 +108,8 @@ class RunResult:
     output_tail: str
     """The last lines pytest printed (for messages)."""
     truncated: bool
+    coverage: dict[str, dict[str, list[int]]] | None = None
+    """With coverage on: node id → repo-relative file → executed line numbers."""
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(r.outcome for r in self.results.values()))
@@ -184,6 +192,133 @@ def _flaky(runs: Sequence[RunResult]) -> dict[str, tuple[Outcome, ...]]:
     return flaky
 
 
+class SuiteRunner:
+    """One warm, hardened container for one repository, running pytest on states of its tree.
+
+    The repository (with its .git) is copied in once. Each ``run`` is a single exec of the
+    driver (``taskforge/pytest_driver.py``): it resets the tree to the snapshot's commit and
+    empties /tmp, writes and deletes the files of the state asked for, runs pytest and returns
+    the report. A run that times out kills the container; the next run starts a new one.
+
+        with SuiteRunner(snapshot, env, backend=backend) as runner:
+            baseline = runner.run(coverage=True)
+            after = runner.run(changes={"src/pkg/mod.py": new_text}, select=affected)
+    """
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        env: Environment,
+        *,
+        backend: SandboxBackend,
+        limits: SandboxLimits | None = None,
+        timeout_s: float = 1800.0,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.snapshot = snapshot
+        self.env = env
+        self.backend = backend
+        self.limits = limits or SandboxLimits.load()
+        self.timeout_s = timeout_s
+        self.extra_args = (*env.pytest_args, *extra_args)
+        self.known_paths = find_test_files(snapshot.path)
+        self.containers_started = 0
+        self._box: Sandbox | None = None
+
+    def __enter__(self) -> SuiteRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._box is not None:
+            self._box.close()
+            self._box = None
+
+    def _sandbox(self) -> Sandbox:
+        if self._box is not None and self._box.alive:
+            return self._box
+        self.close()
+        box = self.backend.start(self.env.image, limits=self.limits, labels={"taskforge.repo": self.snapshot.name})
+        self._box = box
+        self.containers_started += 1
+        box.put_tree(self.snapshot.path, WORKSPACE)
+        box.put_files(
+            {
+                f"{_TOOL_DIR.removeprefix('/tmp/')}/plugin/{PLUGIN_MODULE}.py": plugin_source().encode(),
+                f"{_TOOL_DIR.removeprefix('/tmp/')}/driver.py": _DRIVER_SOURCE.read_bytes(),
+            },
+            "/tmp",
+        )
+        return box
+
+    def run(
+        self,
+        *,
+        changes: Mapping[str, str | None] | None = None,
+        select: Sequence[str] | None = None,
+        coverage: bool = False,
+    ) -> RunResult:
+        """Run pytest on the snapshot with ``changes`` (path → new text, None = deleted) applied.
+
+        ``select`` limits the run to those node ids; ``coverage`` maps each test to the lines of
+        the project's packages it executed (``RunResult.coverage``).
+        """
+        changes = changes or {}
+        box = self._sandbox()
+        nonce = secrets.token_hex(16)
+        request = {
+            "reset": True,
+            "delete": sorted(path for path, text in changes.items() if text is None),
+            "args": pytest_command(report=_REPORT, extra_args=self.extra_args)[3:],
+            "env": {"PYTHONPATH": _PLUGIN_DIR, "TASKFORGE_NONCE": nonce},
+            "select": list(select) if select is not None else None,
+            "coverage": [f"{WORKSPACE}/{path}" for path in self.env.package_paths] if coverage else None,
+        }
+        payload = _tar({path: text.encode() for path, text in changes.items() if text is not None})
+        started = time.monotonic()
+        result = box.exec(
+            ["python", f"{_TOOL_DIR}/driver.py", json.dumps(request)],
+            timeout_s=self.timeout_s,
+            workdir=WORKSPACE,
+            stdin=payload,
+            output_limit=_REPLY_LIMIT,
+        )
+        duration = time.monotonic() - started
+        if result.timed_out or result.limit_hit is not None or result.exit_code != 0:
+            return _run_result(None, None, result.text(), duration, timed_out=result.timed_out,
+                               oom=result.limit_hit == "oom", truncated=result.truncated)
+        reply = json.loads(result.stdout)
+        report = parse_junit(reply["report"], known_paths=self.known_paths) if reply["report"] is not None else None
+        if report is not None and report.nonce != nonce:
+            raise TestRunError(
+                f"the JUnit report of {self.snapshot.source} does not carry this run's nonce", reason="report_forged"
+            )
+        run = _run_result(reply["exit_code"], report, reply["output_tail"], duration,
+                          timed_out=False, oom=False, truncated=result.truncated)
+        if reply["coverage"] is not None:
+            prefix = f"{WORKSPACE}/"
+            lines = json.loads(reply["coverage"])
+            run = replace(run, coverage={
+                nodeid: {path.removeprefix(prefix): sorted(nums) for path, nums in files.items()}
+                for nodeid, files in lines.items()
+            })
+        return run
+
+
+def _tar(files: Mapping[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel, content in sorted(files.items()):
+            info = tarfile.TarInfo(rel)
+            info.size = len(content)
+            info.mode = 0o644
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
 def run_suite(
     snapshot: Snapshot,
     env: Environment,
@@ -194,42 +329,12 @@ def run_suite(
     timeout_s: float = 1800.0,
     extra_args: Sequence[str] = (),
 ) -> SuiteResult:
-    """Run the suite ``runs`` times in one hardened container started from ``env.image``."""
+    """Run the whole suite ``runs`` times, each on a pristine tree, in one hardened container."""
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
     require_test_files(snapshot)
-    limits = limits or SandboxLimits.load()
-    results = []
-    with backend.start(env.image, limits=limits, labels={"taskforge.repo": snapshot.name}) as box:
-        box.put_files({f"{_PLUGIN_DIR.removeprefix('/tmp/')}/{PLUGIN_MODULE}.py": plugin_source().encode()}, "/tmp")
-        for index in range(runs):
-            if not box.alive:
-                break
-            if index > 0:  # every run starts from a pristine tree
-                box.exec(["find", WORKSPACE, "-mindepth", "1", "-delete"], timeout_s=120, workdir="/", reap=False)
-            box.put_tree(snapshot.path, WORKSPACE)
-            nonce = secrets.token_hex(16)
-            cmd = pytest_command(report=_REPORT, extra_args=extra_args)
-            started = time.monotonic()
-            result = box.exec(
-                cmd,
-                timeout_s=timeout_s,
-                workdir=WORKSPACE,
-                env={"PYTHONPATH": _PLUGIN_DIR, "TASKFORGE_NONCE": nonce},
-            )
-            duration = time.monotonic() - started
-            report = None
-            if box.alive:
-                try:
-                    report = parse_junit(box.read_file(_REPORT), known_paths=find_test_files(snapshot.path))
-                except FileNotFoundError:
-                    report = None
-            if report is not None and report.nonce != nonce:
-                raise TestRunError(
-                    f"the JUnit report of {snapshot.source} does not carry this run's nonce", reason="report_forged"
-                )
-            results.append(_run_result(result.exit_code, report, result.text(), duration,
-                                       timed_out=result.timed_out, oom=result.limit_hit == "oom", truncated=result.truncated))
+    with SuiteRunner(snapshot, env, backend=backend, limits=limits, timeout_s=timeout_s, extra_args=extra_args) as runner:
+        results = [runner.run() for _ in range(runs)]
     return SuiteResult(
         source=snapshot.source, commit=snapshot.commit, image=env.image, runs=tuple(results), flaky=_flaky(results)
     )
@@ -310,7 +415,7 @@ def run_suite_on_host(
         plugin_dir.mkdir()
         (plugin_dir / f"{PLUGIN_MODULE}.py").write_text(plugin_source())
         report_path = Path(tmp) / "report.xml"
-        cmd = pytest_command(report=str(report_path), extra_args=extra_args)
+        cmd = pytest_command(report=str(report_path), extra_args=(*env.pytest_args, *extra_args))
         environ: Mapping[str, str] = {
             "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
             "PYTHONPATH": str(plugin_dir),

@@ -128,6 +128,8 @@ class Sandbox(Protocol):
         timeout_s: float,
         workdir: str = "/workspace",
         env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        output_limit: int | None = None,
         reap: bool = True,
     ) -> ExecResult: ...
 

@@ -1,0 +1,102 @@
+"""Runs inside the sandbox: put the workspace in a given state, run pytest, report back.
+
+Standalone (stdlib only): it is copied into the sandbox as ``/tmp/taskforge/driver.py`` and run
+as one exec per test run, which keeps a run to a single round trip:
+
+    python /tmp/taskforge/driver.py '<json request>' < changed-files.tar
+
+The request says:
+- ``reset``: restore /workspace to its committed state (``git reset --hard``, ``git clean -fdx``)
+  and empty /tmp but for /tmp/taskforge, so that no run sees another's leftovers;
+- ``delete``: repo-relative paths to remove after the reset; stdin is a tar of files to write;
+- ``args``: pytest arguments; ``env``: extra environment for pytest;
+- ``select``: node ids to run (the rest are deselected by the taskforge plugin);
+- ``coverage``: directories to measure, per test.
+
+It prints one JSON object: pytest's exit code, the tail of its output, the JUnit report and, if
+asked, the coverage map. pytest's own output goes to a file, so a chatty suite cannot flood the
+channel that carries the report.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+
+WORKSPACE = "/workspace"
+TOOL_DIR = "/tmp/taskforge"
+REPORT = TOOL_DIR + "/report.xml"
+COVERAGE = TOOL_DIR + "/coverage.json"
+SELECT = TOOL_DIR + "/select.json"
+OUTPUT = TOOL_DIR + "/output.txt"
+
+
+def _reset() -> None:
+    subprocess.run(["git", "reset", "-q", "--hard", "HEAD"], cwd=WORKSPACE, check=True)
+    subprocess.run(["git", "clean", "-q", "-f", "-d", "-x"], cwd=WORKSPACE, check=True)
+    for scratch in ("/tmp", "/dev/shm"):
+        for name in os.listdir(scratch):
+            path = os.path.join(scratch, name)
+            if path == TOOL_DIR:
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+    os.makedirs("/tmp/home", exist_ok=True)
+
+
+def main() -> None:
+    request = json.loads(sys.argv[1])
+    if request.get("reset"):
+        _reset()
+    # The tar comes from taskforge on the host, not from the repository; the image's Python may
+    # predate extraction filters (Debian 12 ships 3.11.2).
+    with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as tar:
+        tar.extractall(WORKSPACE)
+    for rel in request.get("delete", []):
+        path = os.path.join(WORKSPACE, rel)
+        if os.path.lexists(path):
+            os.unlink(path)
+    for stale in (REPORT, COVERAGE, SELECT):
+        if os.path.exists(stale):
+            os.unlink(stale)
+
+    env = dict(os.environ)
+    env.update(request.get("env", {}))
+    if request.get("select") is not None:
+        with open(SELECT, "w", encoding="utf-8") as f:
+            json.dump(request["select"], f)
+        env["TASKFORGE_SELECT"] = SELECT
+    if request.get("coverage"):
+        env["TASKFORGE_COVERAGE_OUT"] = COVERAGE
+        env["TASKFORGE_COVERAGE_SOURCE"] = os.pathsep.join(request["coverage"])
+    with open(OUTPUT, "wb") as out:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", *request["args"]],
+            cwd=WORKSPACE,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    with open(OUTPUT, "rb") as f:
+        f.seek(max(0, os.path.getsize(OUTPUT) - 8192))
+        tail = f.read().decode("utf-8", "replace")
+
+    def read(path: str):  # type: ignore[no-untyped-def]
+        if not os.path.exists(path):
+            return None
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    json.dump(
+        {"exit_code": proc.returncode, "output_tail": tail, "report": read(REPORT), "coverage": read(COVERAGE)},
+        sys.stdout,
+    )
+
+
+if __name__ == "__main__":
+    main()
