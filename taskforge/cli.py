@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Callable
 from functools import wraps
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -78,6 +79,113 @@ def test_command(source: str, runs: int, as_json: bool, timeout_s: float) -> Non
         click.echo(f"flaky: {len(result.flaky)}")
         for nodeid, seen in sorted(result.flaky.items()):
             click.echo(f"  {nodeid}: {' / '.join(seen)}")
+
+
+@main.command("mine")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the task shards.")
+@click.option("--max-tasks", default=10, show_default=True, type=click.IntRange(1), help="Valid tasks per repository.")
+@click.option("--strategies", default="body,symbol,module", show_default=True, help="Comma-separated removal strategies.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed for the candidate ranking.")
+@_one_line_errors
+def mine_command(sources: tuple[str, ...], out_dir: Path, max_tasks: int, strategies: str, seed: int) -> None:
+    """Mine feature-removal tasks from each SOURCE into Parquet shards in OUT.
+
+    A repository that fails is recorded with its reason and the run goes on.
+    """
+    from collections import Counter
+
+    from tqdm import tqdm
+
+    from taskforge.baseimage import current_base
+    from taskforge.candidates import CandidateConfig
+    from taskforge.errors import TaskforgeError
+    from taskforge.mine import MineConfig, RepoResult, mine_repository
+    from taskforge.sandbox import open_backend
+    from taskforge.shards import write_shard
+
+    try:
+        config = MineConfig(
+            max_tasks=max_tasks,
+            seed=seed,
+            candidates=CandidateConfig(strategies=tuple(s.strip() for s in strategies.split(",") if s.strip())),  # type: ignore[arg-type]
+        )
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from err
+    backend = open_backend("docker")
+    base = current_base(backend)
+    totals: Counter[str] = Counter()
+    stage_s: Counter[str] = Counter()
+    failures: dict[str, str] = {}
+    summaries = []
+    for source in sources:
+        bar = tqdm(total=config.max_attempts, desc=source, unit="cand", leave=True, file=sys.stderr)
+
+        def progress(result: RepoResult, bar: tqdm = bar) -> None:  # type: ignore[type-arg]
+            bar.update(1)
+            bar.set_postfix(tasks=len(result.tasks), rejected=sum(result.rejections.values()))
+
+        try:
+            result = mine_repository(source, config=config, backend=backend, base=base, on_candidate=progress)
+        except TaskforgeError as err:
+            failures[source] = f"{err} [{err.reason}]"
+            totals[f"repository_failed:{err.reason}"] += 1
+            bar.close()
+            continue
+        bar.close()
+        if result.tasks:
+            write_shard(result.tasks, out_dir, name=f"tasks-{result.tasks[0].repo}-{result.tasks[0].base_commit[:12]}-s{seed}.parquet")
+        totals["candidates"] += result.candidates
+        totals["attempted"] += result.attempted
+        totals["tasks"] += len(result.tasks)
+        stage_s.update(result.stage_s)
+        summaries.append({
+            "source": source, "candidates": result.candidates, "attempted": result.attempted,
+            "tasks": len(result.tasks), "rejections": dict(result.rejections),
+            "strategies": dict(Counter(t.strategy for t in result.tasks)),
+            "stage_s": {k: round(v, 2) for k, v in result.stage_s.items()}, "runs": result.runs,
+        })
+        for reason, count in result.rejections.items():
+            totals[f"rejected:{reason}"] += count
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "mine-summary.json").write_text(json.dumps(
+        {"repositories": summaries, "failures": failures, "totals": dict(totals),
+         "stage_s": {k: round(v, 2) for k, v in stage_s.items()}}, indent=2))
+    click.echo(f"candidates {totals['candidates']}, validated {totals['attempted']}, valid tasks {totals['tasks']}")
+    for key, count in sorted(totals.items()):
+        if key.startswith("rejected:"):
+            click.echo(f"  rejected {key.removeprefix('rejected:')}: {count}")
+    for source, reason in failures.items():
+        click.echo(f"  failed {source}: {reason}")
+    click.echo("time per stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(stage_s.items(), key=lambda kv: -kv[1])))
+
+
+@main.command("validate")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@_one_line_errors
+def validate_command(directory: Path) -> None:
+    """Validate every task in DIRECTORY again, from scratch, in fresh containers."""
+    from taskforge.baseimage import current_base
+    from taskforge.sandbox import open_backend
+    from taskforge.shards import read_tasks
+    from taskforge.validate import check_task
+
+    backend = open_backend("docker")
+    base = current_base(backend)
+    tasks = read_tasks(directory)
+    broken = 0
+    for task in tasks:
+        check = check_task(task, backend=backend, base=base)
+        if check.ok:
+            click.echo(f"ok      {task.instance_id}")
+        else:
+            broken += 1
+            click.echo(f"BROKEN  {task.instance_id}")
+            for problem in check.problems[:10]:
+                click.echo(f"        {problem}")
+    click.echo(f"{len(tasks) - broken} of {len(tasks)} tasks hold")
+    if broken:
+        sys.exit(1)
 
 
 @main.group()

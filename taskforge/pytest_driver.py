@@ -11,10 +11,11 @@ The request says:
 - ``delete``: repo-relative paths to remove after the reset; stdin is a tar of files to write;
 - ``args``: pytest arguments; ``env``: extra environment for pytest;
 - ``select``: node ids to run (the rest are deselected by the taskforge plugin);
-- ``coverage``: directories to measure, per test.
+- ``coverage``: directories to measure, per test;
+- ``imports``: modules to import first, each in a fresh interpreter; those that fail are reported.
 
 It prints one JSON object: pytest's exit code, the tail of its output, the JUnit report and, if
-asked, the coverage map. pytest's own output goes to a file, so a chatty suite cannot flood the
+asked, the coverage map and the modules that failed to import. pytest's own output goes to a file, so a chatty suite cannot flood the
 channel that carries the report.
 """
 
@@ -66,6 +67,18 @@ def main() -> None:
 
     env = dict(os.environ)
     env.update(request.get("env", {}))
+    import_errors = {}
+    for module in request.get("imports") or []:
+        proc = subprocess.run(
+            [sys.executable, "-c", "import " + module],
+            cwd=WORKSPACE,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            lines = (proc.stderr.strip() or "exit %d" % proc.returncode).splitlines()
+            import_errors[module] = lines[-1][:300]
     if request.get("select") is not None:
         with open(SELECT, "w", encoding="utf-8") as f:
             json.dump(request["select"], f)
@@ -93,7 +106,13 @@ def main() -> None:
             return f.read()
 
     json.dump(
-        {"exit_code": proc.returncode, "output_tail": tail, "report": read(REPORT), "coverage": read(COVERAGE)},
+        {
+            "exit_code": proc.returncode,
+            "output_tail": tail,
+            "report": read(REPORT),
+            "coverage": read(COVERAGE),
+            "import_errors": import_errors,
+        },
         sys.stdout,
     )
 

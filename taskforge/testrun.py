@@ -110,6 +110,8 @@ class RunResult:
     truncated: bool
     coverage: dict[str, dict[str, list[int]]] | None = None
     """With coverage on: node id → repo-relative file → executed line numbers."""
+    import_errors: dict[str, str] = field(default_factory=dict)
+    """Modules asked to be imported that failed, with the last line of the error."""
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(r.outcome for r in self.results.values()))
@@ -259,11 +261,14 @@ class SuiteRunner:
         changes: Mapping[str, str | None] | None = None,
         select: Sequence[str] | None = None,
         coverage: bool = False,
+        imports: Sequence[str] = (),
+        extra_args: Sequence[str] = (),
     ) -> RunResult:
         """Run pytest on the snapshot with ``changes`` (path → new text, None = deleted) applied.
 
         ``select`` limits the run to those node ids; ``coverage`` maps each test to the lines of
-        the project's packages it executed (``RunResult.coverage``).
+        the project's packages it executed (``RunResult.coverage``); ``imports`` are modules to
+        import, each on its own, before pytest runs (failures land in ``RunResult.import_errors``).
         """
         changes = changes or {}
         box = self._sandbox()
@@ -271,10 +276,11 @@ class SuiteRunner:
         request = {
             "reset": True,
             "delete": sorted(path for path, text in changes.items() if text is None),
-            "args": pytest_command(report=_REPORT, extra_args=self.extra_args)[3:],
+            "args": pytest_command(report=_REPORT, extra_args=(*self.extra_args, *extra_args))[3:],
             "env": {"PYTHONPATH": _PLUGIN_DIR, "TASKFORGE_NONCE": nonce},
             "select": list(select) if select is not None else None,
             "coverage": [f"{WORKSPACE}/{path}" for path in self.env.package_paths] if coverage else None,
+            "imports": list(imports),
         }
         payload = _tar({path: text.encode() for path, text in changes.items() if text is not None})
         started = time.monotonic()
@@ -297,6 +303,8 @@ class SuiteRunner:
             )
         run = _run_result(reply["exit_code"], report, reply["output_tail"], duration,
                           timed_out=False, oom=False, truncated=result.truncated)
+        if reply["import_errors"]:
+            run = replace(run, import_errors=dict(reply["import_errors"]))
         if reply["coverage"] is not None:
             prefix = f"{WORKSPACE}/"
             lines = json.loads(reply["coverage"])

@@ -1,0 +1,461 @@
+"""Mine feature-removal tasks from one repository.
+
+    fetch ─► environment ─► baseline (coverage run + plain runs: stable passing tests)
+          ─► index (libcst) ─► candidates (index ∩ coverage, ranked)
+          ─► for each candidate, in one warm container:
+               remove (agent) ─► affected tests at start+test_patch, `repeats` times: which fail
+               ─► hide them ─► full suite once at the start state: everything else passes
+               ─► diffs (patch, test_patch, removal_patch); gold must give back the original
+               ─► problem statement, checked for leaked code
+          ─► Task rows
+
+``mine_repository`` is a plain function: the CLI calls it directly, and the Ray orchestration
+calls the same function in its workers. A failure of the whole repository raises a
+``TaskforgeError``; a failed candidate is recorded as a rejection with its reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from taskforge import __version__
+from taskforge.baseimage import BaseImage
+from taskforge.candidates import Candidate, CandidateConfig, find_candidates
+from taskforge.environment import Environment, build_environment
+from taskforge.errors import TaskforgeError, TestRunError
+from taskforge.hiding import hide_tests
+from taskforge.patches import apply_patch, diff
+from taskforge.removal import RemovalAgent, Strategy, load_agent
+from taskforge.sandbox import SandboxBackend, SandboxLimits
+from taskforge.sources import Snapshot, fetch
+from taskforge.statements import StatementContext, leaked_lines, load_writer, removed_symbols
+from taskforge.symbols import SymbolIndex, build_index, is_test_path
+from taskforge.testrun import RunResult, SuiteRunner, require_test_files
+
+__all__ = ["MineConfig", "RepoResult", "Task", "is_test_file", "mine_repository"]
+
+_CONTINUE = ("--continue-on-collection-errors",)
+
+
+def is_test_file(path: str) -> bool:
+    return is_test_path(PurePosixPath(path))
+
+
+@dataclass(kw_only=True, slots=True)
+class MineConfig:
+    """How to mine one repository."""
+
+    max_tasks: int = 10
+    """Stop after this many valid tasks."""
+    max_attempts: int = 60
+    """Validate at most this many candidates."""
+    seed: int = 0
+    """Seed for the candidate ranking."""
+    repeats: int = 2
+    """How often each failing-test check runs; any disagreement rejects the candidate."""
+    baseline_runs: int = 2
+    """Runs of the unmodified suite; only tests that pass in all of them are used."""
+    visible_tests: bool = False
+    """Keep the FAIL_TO_PASS tests in the start state instead of hiding them."""
+    timeout_s: float = 1800.0
+    """Wall-clock limit of one test run."""
+    agent: str = "libcst"
+    """Removal agent (taskforge.removal.REMOVAL_AGENTS)."""
+    writer: str = "template"
+    """Problem statement writer (taskforge.statements.STATEMENT_WRITERS)."""
+    candidates: CandidateConfig = field(default_factory=CandidateConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("max_tasks", "max_attempts", "repeats", "baseline_runs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"MineConfig.{name} must be at least 1, got {getattr(self, name)}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"MineConfig.timeout_s must be positive, got {self.timeout_s}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Task:
+    """One validated task. Field names follow SWE-bench where the concept exists."""
+
+    instance_id: str
+    repo: str
+    source: str
+    base_commit: str
+    version: str
+    strategy: str
+    target: str
+    removed: tuple[str, ...]
+    patch: str
+    test_patch: str
+    removal_patch: str
+    problem_statement: str
+    FAIL_TO_PASS: tuple[str, ...]
+    PASS_TO_PASS: tuple[str, ...]
+    hidden_tests: tuple[str, ...]
+    image_name: str
+    environment: str
+    """The environment record, as JSON (import roots, installed wheels, dropped requirements)."""
+    lines_removed: int
+    validation: str
+    """Validation details, as JSON: runs, durations, agent, writer."""
+    seed: int
+    taskforge_version: str
+
+    def to_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        for key in ("removed", "FAIL_TO_PASS", "PASS_TO_PASS", "hidden_tests"):
+            row[key] = list(row[key])
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Task:
+        data = dict(row)
+        for key in ("removed", "FAIL_TO_PASS", "PASS_TO_PASS", "hidden_tests"):
+            data[key] = tuple(data[key])
+        return cls(**data)
+
+
+@dataclass(kw_only=True, slots=True)
+class RepoResult:
+    """What mining one repository gave."""
+
+    source: str
+    tasks: list[Task] = field(default_factory=list)
+    candidates: int = 0
+    attempted: int = 0
+    rejections: Counter[str] = field(default_factory=Counter)
+    stage_s: dict[str, float] = field(default_factory=dict)
+    runs: int = 0
+    containers: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Baseline:
+    passing: tuple[str, ...]
+    """Tests that passed in every baseline run."""
+    coverage: dict[str, dict[str, list[int]]]
+    importable: tuple[str, ...]
+    """Package modules that import at baseline (the import check after a removal uses these)."""
+
+
+class _Stages:
+    def __init__(self, result: RepoResult) -> None:
+        self.result = result
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.result.stage_s[name] = self.result.stage_s.get(name, 0.0) + time.monotonic() - started
+
+
+def _failing(run: RunResult, tests: Sequence[str]) -> set[str]:
+    """Of ``tests``, those that did not pass: failed, errored, skipped, or missing (their module failed to collect)."""
+    return {t for t in tests if t not in run.results or run.results[t].outcome != "passed"}
+
+
+def _baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: RepoResult) -> _Baseline:
+    first = runner.run(coverage=True, imports=sorted(index.modules))
+    outcomes = [first, *(runner.run() for _ in range(runs - 1))]
+    result.runs += runs
+    for run in outcomes:
+        if run.status not in ("ok", "tests_failed"):
+            detail = run.collection_errors[0].message if run.collection_errors else run.output_tail.strip()[-200:]
+            raise TestRunError(f"the baseline suite of {runner.snapshot.source} did not run ({run.status}): {detail}",
+                               reason=f"baseline_{run.status}")
+    passing = [t for t in first.results if all(r.results.get(t) and r.results[t].outcome == "passed" for r in outcomes)]
+    if not passing:
+        raise TestRunError(f"no test of {runner.snapshot.source} passes reliably", reason="no_passing_tests")
+    return _Baseline(
+        passing=tuple(passing),
+        coverage=first.coverage or {},
+        importable=tuple(m for m in sorted(index.modules) if m not in first.import_errors),
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Context:
+    """What every candidate of one repository is validated against."""
+
+    snapshot: Snapshot
+    env: Environment
+    index: SymbolIndex
+    baseline: _Baseline
+    agent: RemovalAgent
+    config: MineConfig
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Checked:
+    """A candidate that passed every check: what the task row is made of."""
+
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+    hidden: list[str]
+    start_changes: dict[str, str | None]
+    timings: dict[str, list[float]]
+
+
+def _remove(candidate: Candidate, ctx: _Context) -> tuple[Any, dict[str, str | None]] | str:
+    """The removal and its file changes, or a rejection reason."""
+    try:
+        removal = ctx.agent.remove(ctx.snapshot.path, ctx.index, target=candidate.target, strategy=candidate.strategy)
+    except TaskforgeError as err:
+        return err.reason
+    changes = dict(removal.files)
+    if any(is_test_file(path) for path in changes):
+        return "removal_touches_tests"
+    return removal, changes
+
+
+def _hide(fail_to_pass: Sequence[str], ctx: _Context) -> dict[str, str | None] | str:
+    if ctx.config.visible_tests:
+        return {}
+    try:
+        return hide_tests(ctx.snapshot.path, fail_to_pass)
+    except TaskforgeError as err:
+        return err.reason
+
+
+def _check_start(start: RunResult, fail_to_pass: Sequence[str], ctx: _Context) -> tuple[list[str], list[str]] | str:
+    """(PASS_TO_PASS, hidden tests) if the start state holds, else a rejection reason."""
+    if start.status not in ("ok", "tests_failed"):
+        return f"start_state_{start.status}"
+    present = set(start.results)
+    if ctx.config.visible_tests:
+        if _failing(start, fail_to_pass) != set(fail_to_pass):
+            return "fail_to_pass_passes_at_start"
+    elif set(fail_to_pass) & present:
+        return "hidden_test_still_visible"
+    pass_to_pass = sorted(t for t in ctx.baseline.passing if t in present and t not in fail_to_pass)
+    if _failing(start, pass_to_pass):
+        return "breaks_other_tests"
+    return pass_to_pass, sorted(set(ctx.baseline.passing) - present)
+
+
+def _check_fast(
+    candidate: Candidate, changes: dict[str, str | None], removal: Any, ctx: _Context, runner: SuiteRunner, result: RepoResult
+) -> _Checked | str:
+    """Affected tests first, `repeats` times, in the warm container; then the full suite once."""
+    timings: dict[str, list[float]] = {"affected_s": [], "start_state_s": []}
+    importable = [m for m in ctx.baseline.importable if m not in _removed_modules(candidate)]
+    failing_sets = []
+    for attempt in range(ctx.config.repeats):
+        run = runner.run(
+            changes=changes, select=candidate.tests, imports=importable if attempt == 0 else (), extra_args=_CONTINUE
+        )
+        result.runs += 1
+        timings["affected_s"].append(round(run.duration_s, 3))
+        if run.import_errors:
+            return "package_import_failed"
+        if run.status in ("timeout", "oom", "crashed"):
+            return f"affected_{run.status}"
+        failing_sets.append(_failing(run, candidate.tests))
+    if any(s != failing_sets[0] for s in failing_sets[1:]):
+        return "flaky_fail_to_pass"
+    fail_to_pass = sorted(failing_sets[0])
+    if not fail_to_pass:
+        return "no_failing_tests"
+    hidden_changes = _hide(fail_to_pass, ctx)
+    if isinstance(hidden_changes, str):
+        return hidden_changes
+    start_changes = {**changes, **hidden_changes}
+    start = runner.run(changes=start_changes)
+    result.runs += 1
+    timings["start_state_s"].append(round(start.duration_s, 3))
+    verdict = _check_start(start, fail_to_pass, ctx)
+    if isinstance(verdict, str):
+        return verdict
+    pass_to_pass, hidden = verdict
+    return _Checked(fail_to_pass=fail_to_pass, pass_to_pass=pass_to_pass, hidden=hidden,
+                    start_changes=start_changes, timings=timings)
+
+
+def _check_naive(
+    candidate: Candidate, changes: dict[str, str | None], removal: Any, ctx: _Context, backend: SandboxBackend,
+    limits: SandboxLimits | None, result: RepoResult,
+) -> _Checked | str:
+    """The reference: every check in a fresh container, on the full suite, `repeats` times.
+
+    It decides exactly what ``_check_fast`` decides, without its shortcuts; the mining benchmark
+    measures the fast path against it.
+    """
+    timings: dict[str, list[float]] = {"full_s": []}
+
+    def fresh(state: dict[str, str | None], **kwargs: Any) -> RunResult:
+        with SuiteRunner(ctx.snapshot, ctx.env, backend=backend, limits=limits, timeout_s=ctx.config.timeout_s) as runner:
+            run = runner.run(changes=state, extra_args=_CONTINUE, **kwargs)
+        result.runs += 1
+        result.containers += 1
+        timings["full_s"].append(round(run.duration_s, 3))
+        return run
+
+    importable = [m for m in ctx.baseline.importable if m not in _removed_modules(candidate)]
+    failing_sets = []
+    for attempt in range(ctx.config.repeats):
+        run = fresh(changes, imports=importable if attempt == 0 else ())
+        if run.import_errors:
+            return "package_import_failed"
+        if run.status in ("timeout", "oom", "crashed"):
+            return f"affected_{run.status}"
+        failing_sets.append(_failing(run, ctx.baseline.passing))
+    if any(s != failing_sets[0] for s in failing_sets[1:]):
+        return "flaky_fail_to_pass"
+    fail_to_pass = sorted(failing_sets[0])
+    if not fail_to_pass:
+        return "no_failing_tests"
+    hidden_changes = _hide(fail_to_pass, ctx)
+    if isinstance(hidden_changes, str):
+        return hidden_changes
+    start_changes = {**changes, **hidden_changes}
+    verdicts = [_check_start(fresh(start_changes), fail_to_pass, ctx) for _ in range(ctx.config.repeats)]
+    if any(isinstance(v, str) for v in verdicts):
+        return next(v for v in verdicts if isinstance(v, str))
+    for _ in range(ctx.config.repeats):
+        if _failing(fresh({}), ctx.baseline.passing):
+            return "gold_fails"
+    pass_to_pass, hidden = verdicts[0]  # type: ignore[misc]
+    return _Checked(fail_to_pass=fail_to_pass, pass_to_pass=pass_to_pass, hidden=hidden,
+                    start_changes=start_changes, timings=timings)
+
+
+def _make_task(candidate: Candidate, removal: Any, checked: _Checked, ctx: _Context) -> Task | str:
+    """Diffs, the gold check, the statement and its leak check; the task row or a rejection reason."""
+    snapshot = ctx.snapshot
+    start_changes = checked.start_changes
+    removal_patch = diff(snapshot.path, {}, start_changes)
+    patch = diff(snapshot.path, start_changes, {}, paths=lambda p: not is_test_file(p))
+    test_patch = diff(snapshot.path, start_changes, {}, paths=is_test_file)
+    if apply_patch(snapshot.path, start_changes, patch + test_patch):
+        return "gold_does_not_restore"
+    writer = load_writer(ctx.config.writer)
+    module_path = ctx.index.modules.get(candidate.target) or ctx.index.symbols[candidate.target].path
+    symbols = [ctx.index.symbols[q] for q in removal.removed if q in ctx.index.symbols]
+    statement = writer.write(
+        StatementContext(
+            repo=snapshot.name,
+            strategy=candidate.strategy,
+            target=candidate.target,
+            module_path=module_path,
+            symbols=removed_symbols(symbols, removal.removed),
+            hidden_tests=tuple(checked.fail_to_pass),
+            removed_code=removal.removed_code,
+        )
+    )
+    if leaked_lines(statement, removal.removed_code):
+        return "statement_leaks_code"
+    lines_removed = sum(1 for line in removal_patch.splitlines() if line.startswith("-") and not line.startswith("---"))
+    digest = hashlib.sha256("\0".join([snapshot.commit, candidate.strategy, candidate.target, removal_patch]).encode())
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", candidate.target.replace(":", ".")).strip("-")[-60:]
+    return Task(
+        instance_id=f"{snapshot.name}__{candidate.strategy}-{slug}-{digest.hexdigest()[:10]}",
+        repo=snapshot.name,
+        source=snapshot.source,
+        base_commit=snapshot.commit,
+        version=snapshot.version or snapshot.commit[:12],
+        strategy=candidate.strategy,
+        target=candidate.target,
+        removed=tuple(removal.removed),
+        patch=patch,
+        test_patch=test_patch,
+        removal_patch=removal_patch,
+        problem_statement=statement,
+        FAIL_TO_PASS=tuple(checked.fail_to_pass),
+        PASS_TO_PASS=tuple(checked.pass_to_pass),
+        hidden_tests=tuple(checked.hidden),
+        image_name=ctx.env.image,
+        environment=json.dumps(ctx.env.to_json(), sort_keys=True),
+        lines_removed=lines_removed,
+        validation=json.dumps(
+            {"repeats": ctx.config.repeats, "predicted_tests": len(candidate.tests), "agent": ctx.agent.name,
+             "writer": writer.name, **checked.timings},
+            sort_keys=True,
+        ),
+        seed=ctx.config.seed,
+        taskforge_version=__version__,
+    )
+
+
+def _removed_modules(candidate: Candidate) -> set[str]:
+    return {candidate.target} if candidate.strategy == "module" else set()
+
+
+def mine_repository(
+    source: str,
+    *,
+    config: MineConfig,
+    backend: SandboxBackend,
+    base: BaseImage,
+    limits: SandboxLimits | None = None,
+    on_candidate: Callable[[RepoResult], None] | None = None,
+    naive: bool = False,
+) -> RepoResult:
+    """Mine up to ``config.max_tasks`` valid tasks from ``source``.
+
+    ``naive`` validates with the reference checks (``_check_naive``), for the benchmark.
+    """
+    result = RepoResult(source=source)
+    stage = _Stages(result)
+    with stage("fetch"):
+        snapshot = fetch(source)
+        require_test_files(snapshot)
+    with stage("environment"):
+        env = build_environment(snapshot, backend=backend, base=base)
+    with stage("index"):
+        index = build_index(snapshot.path, package_paths=env.package_paths)
+    ctx_agent = load_agent(config.agent)
+    with SuiteRunner(snapshot, env, backend=backend, limits=limits, timeout_s=config.timeout_s) as runner:
+        with stage("baseline"):
+            baseline = _baseline(runner, index, config.baseline_runs, result)
+        with stage("discover"):
+            candidates = find_candidates(
+                snapshot.path, index, baseline.coverage, baseline.passing, config=config.candidates, seed=config.seed
+            )
+        result.candidates = len(candidates)
+        ctx = _Context(snapshot=snapshot, env=env, index=index, baseline=baseline, agent=ctx_agent, config=config)
+        for candidate in candidates[: config.max_attempts]:
+            if len(result.tasks) >= config.max_tasks:
+                break
+            result.attempted += 1
+            outcome = _validate(candidate, ctx, runner=runner, backend=backend, limits=limits, naive=naive, result=result)
+            if isinstance(outcome, Task):
+                result.tasks.append(outcome)
+            else:
+                result.rejections[outcome] += 1
+            if on_candidate is not None:
+                on_candidate(result)
+        result.containers += runner.containers_started
+    return result
+
+
+def _validate(
+    candidate: Candidate, ctx: _Context, *, runner: SuiteRunner, backend: SandboxBackend,
+    limits: SandboxLimits | None, naive: bool, result: RepoResult,
+) -> Task | str:
+    """One candidate through removal, checks and task building: a task, or a rejection reason."""
+    stage = _Stages(result)
+    with stage("remove"):
+        removed = _remove(candidate, ctx)
+    if isinstance(removed, str):
+        return removed
+    removal, changes = removed
+    with stage("validate"):
+        if naive:
+            checked = _check_naive(candidate, changes, removal, ctx, backend, limits, result)
+        else:
+            checked = _check_fast(candidate, changes, removal, ctx, runner, result)
+    if isinstance(checked, str):
+        return checked
+    with stage("describe"):
+        return _make_task(candidate, removal, checked, ctx)

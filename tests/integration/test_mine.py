@@ -1,0 +1,87 @@
+"""Mining real corpus projects end to end, then checking every task from its shard alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from taskforge.shards import read_tasks
+from taskforge.sources import fetch
+from taskforge.symbols import build_index
+from taskforge.statements import leaked_lines
+from taskforge.validate import check_task
+
+pytestmark = pytest.mark.docker
+
+MINED = ["pypi:iniconfig==2.3.1", "pypi:addict==2.4.0"]
+
+
+@pytest.fixture(scope="module")
+def mined(tmp_path_factory, session_cache, base_image):  # type: ignore[no-untyped-def]
+    out = tmp_path_factory.mktemp("mined")
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskforge.cli", "mine", *MINED, "--out", str(out), "--max-tasks", "4", "--seed", "1"],
+        capture_output=True, text=True, timeout=1800, env={**os.environ, "TASKFORGE_CACHE": str(session_cache)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc.stdout
+
+
+def test_mine_writes_valid_tasks_with_a_summary(mined) -> None:  # type: ignore[no-untyped-def]
+    out, stdout = mined
+    tasks = read_tasks(out)
+    summary = json.loads((out / "mine-summary.json").read_text())
+    assert "valid tasks" in stdout and "time per stage" in stdout
+    assert len(tasks) == summary["totals"]["tasks"] >= 6
+    assert {t.repo for t in tasks} == {"iniconfig", "addict"}
+    assert len({t.instance_id for t in tasks}) == len(tasks)
+    assert len({t.strategy for t in tasks}) >= 2
+    for task in tasks:
+        assert task.FAIL_TO_PASS and task.PASS_TO_PASS
+        assert not set(task.FAIL_TO_PASS) & set(task.PASS_TO_PASS)
+        assert task.patch.startswith("diff --git") and task.test_patch.startswith("diff --git")
+        assert "/test" not in task.patch.split("\n", 1)[0]
+
+
+def test_every_task_holds_when_rebuilt_from_its_row(mined, backend, base_image) -> None:  # type: ignore[no-untyped-def]
+    out, _ = mined
+    for task in read_tasks(out):
+        check = check_task(task, backend=backend, base=base_image)
+        assert check.ok, (task.instance_id, check.problems)
+
+
+def test_no_statement_quotes_removed_code(mined, session_cache) -> None:  # type: ignore[no-untyped-def]
+    """The removed code is rebuilt from the original snapshot, independently of the miner."""
+    out, _ = mined
+    checked = 0
+    for task in read_tasks(out):
+        snapshot = fetch(task.source)
+        env = json.loads(task.environment)
+        index = build_index(snapshot.path, package_paths=env["package_paths"])
+        removed_code = {}
+        for qualname in task.removed:
+            if qualname in index.symbols:
+                symbol = index.symbols[qualname]
+                lines = (snapshot.path / symbol.path).read_text().splitlines()
+                removed_code[qualname] = "\n".join(lines[symbol.start_line - 1 : symbol.end_line])
+            else:  # a module
+                removed_code[qualname] = (snapshot.path / index.modules[qualname]).read_text()
+        assert removed_code, task.instance_id
+        assert leaked_lines(task.problem_statement, removed_code) == [], task.instance_id
+        checked += 1
+    assert checked >= 6
+
+
+def test_validate_cli_confirms_every_task(mined, session_cache) -> None:  # type: ignore[no-untyped-def]
+    out, _ = mined
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskforge.cli", "validate", str(out)],
+        capture_output=True, text=True, timeout=1800, env={**os.environ, "TASKFORGE_CACHE": str(session_cache)},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "BROKEN" not in proc.stdout
