@@ -1,17 +1,23 @@
 """taskforge.hiding: hidden tests are gone, and pytest still collects every other test.
 
 The real-project tests hide a sample of a real suite's node ids, then let pytest collect the result:
-what is left must be the original collection minus exactly the hidden functions (every
-parametrization of each). Small synthetic files pin the edge cases.
+what is left must be the original collection minus exactly the hidden functions, with every
+parametrization of each and every copy in a class that inherits one. Which collected tests are
+copies of which definition is told by Python itself: a small pytest plugin
+(``tests/fixtures/hiding/definers_plugin.py``) walks each test class's real ``__mro__``, the
+reference for the static resolution ``hide_tests`` does. Small synthetic files pin the edge cases.
 """
 
 from __future__ import annotations
 
 import ast
+import difflib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -21,36 +27,41 @@ from taskforge.errors import TaskforgeError
 from taskforge.hiding import hide_tests
 from taskforge.sources import fetch
 
+PLUGIN_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "hiding"
 
-def collect(work: Path, *args: str) -> list[str]:
-    """The node ids pytest collects in ``work``, run in a subprocess."""
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *args],
+
+def run_pytest(work: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """pytest in a subprocess in ``work``, with ``src/`` and the root importable (src and flat layouts)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *args],
         cwd=work,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(work / "src")},
+        env={
+            **os.environ,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONPATH": os.pathsep.join([str(work / "src"), str(work), str(PLUGIN_DIR)]),
+            **(env or {}),
+        },
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    return [line for line in result.stdout.splitlines() if "::" in line]
+
+
+def collect(work: Path, *args: str) -> dict[str, str]:
+    """The node ids pytest collects in ``work``, in order, each mapped to where Python says its
+    function is defined (``path::Class::name``; see ``definers_plugin``)."""
+    with tempfile.TemporaryDirectory() as out:
+        definers = Path(out) / "definers.json"
+        plugin = ["--collect-only", "-p", "definers_plugin"]
+        result = run_pytest(work, *plugin, *args, env={"HIDING_DEFINERS": str(definers)})
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        collected: dict[str, str] = json.loads(definers.read_text())
+    assert list(collected) == [line for line in result.stdout.splitlines() if "::" in line]
+    return collected
 
 
 def function_of(nodeid: str) -> str:
     return nodeid.split("[", 1)[0]
-
-
-def defined_in_place(work: Path, nodeid: str) -> bool:
-    """Whether the id's function is defined in the class it names (not inherited from a mixin)."""
-    path, *names = function_of(nodeid).split("::")
-    scope: list[ast.stmt] = ast.parse((work / path).read_text()).body
-    for name in names:
-        definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-        found = [n for n in scope if isinstance(n, definitions) and n.name == name]
-        if not found:
-            return False
-        scope = found[0].body if isinstance(found[0], ast.ClassDef) else []
-    return True
 
 
 def apply(work: Path, changes: dict[str, str | None]) -> None:
@@ -61,57 +72,114 @@ def apply(work: Path, changes: dict[str, str | None]) -> None:
             (work / rel).write_text(text)
 
 
-@pytest.mark.parametrize(
-    ("spec", "test_dir", "whole_file"),
-    [
-        ("pypi:iniconfig==2.3.1", "testing", None),
-        ("pypi:boltons==26.2.0", "tests", "tests/test_statsutils_histogram.py"),
-    ],
-)
-def test_hidden_tests_are_exactly_the_ones_named(
-    spec: str, test_dir: str, whole_file: str | None, session_cache: Path, tmp_path: Path
-) -> None:
+def fetch_copy(spec: str, session_cache: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """(the cached snapshot, a copy of it to edit)."""
     snapshot = fetch(spec, cache_dir=session_cache / "sources")
     work = tmp_path / "work"
     shutil.copytree(snapshot.path, work, ignore=shutil.ignore_patterns(".git"))
+    return snapshot.path, work
+
+
+@pytest.mark.parametrize(
+    ("spec", "test_dir", "whole_file", "kinds"),
+    [
+        ("pypi:iniconfig==2.3.1", "testing", None, {"parametrized"}),
+        ("pypi:boltons==26.2.0", "tests", "tests/test_statsutils_histogram.py", {"parametrized", "inherited"}),
+        ("pypi:addict==2.4.0", ".", None, {"inherited"}),  # one module; the tests live in a base class
+        ("pypi:cachetools==8.0.2", "tests", None, {"inherited", "from_another_file"}),  # mixins in tests/__init__.py
+    ],
+)
+def test_hidden_tests_are_exactly_the_ones_named(
+    spec: str, test_dir: str, whole_file: str | None, kinds: set[str], session_cache: Path, tmp_path: Path
+) -> None:
+    snapshot, work = fetch_copy(spec, session_cache, tmp_path)
     before = collect(work, test_dir)
-    # Every 5th test, plus (for boltons) a whole file; parametrized ids, classes and
-    # unittest classes with mixins come along.
+    # Every 5th test, plus (for boltons) a whole file.
     sample = [nodeid for i, nodeid in enumerate(before) if i % 5 == 0 or (whole_file and nodeid.startswith(whole_file))]
-    hidden = [nodeid for nodeid in sample if defined_in_place(work, nodeid)]
-    assert any("[" in nodeid for nodeid in hidden)
-    inherited = sorted(set(sample) - set(hidden))  # boltons' unittest classes inherit from a mixin
-    if inherited:
-        with pytest.raises(TaskforgeError, match="is inherited from") as info:
-            hide_tests(work, inherited[:1])
-        assert info.value.reason == "unhideable_test"
-    snapshot_text = {p: p.read_bytes() for p in snapshot.path.rglob("*.py")}
-    changes = hide_tests(work, hidden)
-    assert {p: p.read_bytes() for p in snapshot.path.rglob("*.py")} == snapshot_text  # wrote nothing
+    seen = {
+        "parametrized": any("[" in nodeid for nodeid in sample),
+        "inherited": any(before[nodeid] != function_of(nodeid) for nodeid in sample),
+        "from_another_file": any(before[nodeid].split("::")[0] != nodeid.split("::")[0] for nodeid in sample),
+    }
+    assert kinds <= {kind for kind, present in seen.items() if present}
+    snapshot_text = {p: p.read_bytes() for p in snapshot.rglob("*.py")}
+    changes = hide_tests(work, sample)
+    assert {p: p.read_bytes() for p in snapshot.rglob("*.py")} == snapshot_text  # wrote nothing
     assert list(changes) == sorted(changes)
     assert all(not Path(path).name.startswith("conftest") for path in changes)
     if whole_file:
         assert changes[whole_file] is None
     apply(work, changes)
     after = collect(work, test_dir)
-    gone = {function_of(nodeid) for nodeid in hidden}
-    assert after == [nodeid for nodeid in before if function_of(nodeid) not in gone]
+    gone = {before[nodeid] for nodeid in sample}
+    assert after == {nodeid: where for nodeid, where in before.items() if where not in gone}
+    assert list(after) == [nodeid for nodeid in before if nodeid in after]
 
 
-def test_remaining_tests_still_pass(session_cache: Path, tmp_path: Path) -> None:
-    snapshot = fetch("pypi:iniconfig==2.3.1", cache_dir=session_cache / "sources")
-    work = tmp_path / "work"
-    shutil.copytree(snapshot.path, work, ignore=shutil.ignore_patterns(".git"))
-    before = collect(work, "testing")
-    apply(work, hide_tests(work, before[::3]))
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "testing"],
-        cwd=work,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(work / "src")},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def deleted_text(old: str, new: str) -> str:
+    """What ``new`` lacks of ``old``, checking that it only lacks lines (none added or changed)."""
+    diff = list(difflib.ndiff(old.splitlines(keepends=True), new.splitlines(keepends=True)))
+    assert not [line for line in diff if line.startswith("+ ")]
+    return "".join(line[2:] for line in diff if line.startswith("- "))
+
+
+def source_of(text: str, qualname: str) -> str:
+    """The lines of the definition ``Class.name`` in ``text``, decorators included."""
+    scope: list[ast.stmt] = ast.parse(text).body
+    node: ast.stmt | None = None
+    for name in qualname.split("::"):
+        node = next(n for n in scope if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name)
+        scope = node.body
+    assert isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.end_lineno is not None
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    return "".join(text.splitlines(keepends=True)[first - 1 : node.end_lineno])
+
+
+@pytest.mark.parametrize(
+    ("spec", "test_dir", "nodeid", "definer", "copies"),
+    [
+        # DictTests and ChildDictTests both collect AbstractTestsClass's tests.
+        ("pypi:addict==2.4.0", ".", "test_addict.py::DictTests::test_update", "test_addict.py::AbstractTestsClass", 2),
+        # The seven cache classes (tests/test_{cache,fifo,lfu,lru,rr,tlru,ttl}.py) collect CacheTestMixin's
+        # tests, imported with ``from . import CacheTestMixin``.
+        (
+            "pypi:cachetools==8.0.2",
+            "tests",
+            "tests/test_lru.py::LRUCacheTest::test_update",
+            "tests/__init__.py::CacheTestMixin",
+            7,
+        ),
+    ],
+)
+def test_an_inherited_test_is_hidden_in_every_class_that_inherits_it(
+    spec: str, test_dir: str, nodeid: str, definer: str, copies: int, session_cache: Path, tmp_path: Path
+) -> None:
+    _, work = fetch_copy(spec, session_cache, tmp_path)
+    before = collect(work, test_dir)
+    assert before[nodeid] == f"{definer}::test_update"
+    definer_file, _, definer_class = definer.partition("::")
+    changes = hide_tests(work, [nodeid])
+    assert list(changes) == [definer_file]  # the id's own file is untouched if the test lives elsewhere
+    old = (work / definer_file).read_text()
+    new = changes[definer_file]
+    assert new is not None
+    # Only the method goes, with the blank lines above it.
+    assert deleted_text(old, new).strip("\n") == source_of(old, f"{definer_class}::test_update").strip("\n")
+    apply(work, changes)
+    after = collect(work, test_dir)
+    hidden = [n for n in before if n not in after]
+    assert len(hidden) == copies and all(n.endswith("::test_update") for n in hidden)
+    assert after == {n: where for n, where in before.items() if where != f"{definer}::test_update"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "test_dir"), [("pypi:iniconfig==2.3.1", "testing"), ("pypi:cachetools==8.0.2", "tests")]
+)
+def test_remaining_tests_still_pass(spec: str, test_dir: str, session_cache: Path, tmp_path: Path) -> None:
+    _, work = fetch_copy(spec, session_cache, tmp_path)
+    before = collect(work, test_dir)
+    apply(work, hide_tests(work, list(before)[::3]))
+    result = run_pytest(work, test_dir)
     assert result.returncode == 0, result.stdout[-3000:]
 
 
@@ -211,15 +279,120 @@ def test_classes_and_nested_classes(tmp_path: Path) -> None:
     assert text is not None and "class TestBase:\n    pass\n" in text and "def test_own" in text
 
 
-def test_inherited_tests_cannot_be_hidden_alone(tmp_path: Path) -> None:
+def test_an_inherited_test_is_hidden_where_it_is_defined(tmp_path: Path) -> None:
     write(tmp_path, {"tests/test_x.py": TEST_X})
-    for ids, message in [
-        (["tests/test_x.py::TestChild::test_shared"], "is inherited from TestBase"),
-        (["tests/test_x.py::TestBase::test_shared"], "also hides TestChild::test_shared"),
-    ]:
-        with pytest.raises(TaskforgeError, match=message) as info:
-            hide_tests(tmp_path, ids)
-        assert info.value.reason == "unhideable_test"
+    # Either copy's id deletes TestBase.test_shared; TestBase stays (TestChild names it), emptied.
+    copies = ["tests/test_x.py::TestBase::test_shared", "tests/test_x.py::TestChild::test_shared"]
+    expected = hide_tests(tmp_path, copies)
+    for nodeid in copies:
+        assert hide_tests(tmp_path, [nodeid]) == expected
+    text = expected["tests/test_x.py"]
+    assert text is not None and "class TestBase:\n    pass\n" in text and "def test_shared" not in text
+
+
+BASE = """
+    class Mixin:
+        def test_shared(self):
+            assert self.value
+
+        def test_other(self):
+            assert self.value
+
+
+    class Helper:
+        value = 1
+    """
+
+CROSS_FILE = {
+    "tests/__init__.py": "from .base import Mixin as ReExported\n",
+    "tests/base.py": BASE,
+    # A relative import, an absolute one with an alias, a module alias, a re-export.
+    "tests/test_a.py": """
+        from .base import Helper, Mixin
+
+
+        class TestA(Helper, Mixin):
+            def test_own(self):
+                assert True
+        """,
+    "tests/test_b.py": """
+        from tests.base import Mixin as Shared
+
+
+        class TestB(Shared):
+            value = 2
+        """,
+    "tests/test_c.py": """
+        import tests.base as b
+
+
+        class TestC(b.Mixin):
+            value = 3
+        """,
+    "tests/test_d.py": """
+        from . import ReExported
+
+
+        class TestD(ReExported):
+            value = 4
+        """,
+}
+
+
+def test_a_test_inherited_from_another_file_is_hidden_there(tmp_path: Path) -> None:
+    write(tmp_path, CROSS_FILE)
+    base = (tmp_path / "tests/base.py").read_text()
+    before = collect(tmp_path)
+    assert len(before) == 9
+    changes = hide_tests(tmp_path, ["tests/test_b.py::TestB::test_shared"])
+    assert changes == {"tests/base.py": base.replace("    def test_shared(self):\n        assert self.value\n\n", "")}
+    apply(tmp_path, changes)
+    after = collect(tmp_path)
+    assert sorted(set(before) - set(after)) == [f"tests/test_{x}.py::Test{x.upper()}::test_shared" for x in "abcd"]
+    assert after == {n: where for n, where in before.items() if where != "tests/base.py::Mixin::test_shared"}
+    # Mixin loses its last test: it stays (other files name it), and so does base.py (imported).
+    changes = hide_tests(tmp_path, ["tests/test_c.py::TestC::test_other"])
+    assert changes == {"tests/base.py": base.replace(base[: base.index("\n\n\n")], "class Mixin:\n    pass")}
+    apply(tmp_path, changes)
+    assert list(collect(tmp_path)) == ["tests/test_a.py::TestA::test_own"]
+
+
+@pytest.mark.parametrize(
+    ("files", "nodeid", "message"),
+    [
+        (  # the definer comes from an installed package
+            {"tests/test_p.py": "from somepkg.testing import Mixin\n\n\nclass TestP(Mixin):\n    pass\n"},
+            "tests/test_p.py::TestP::test_a",
+            "defined in no class of the repository it inherits from; its bases outside the repository: Mixin",
+        ),
+        (  # deleting the override would bring back the base's test
+            {
+                "tests/test_o.py": "from .test_x import TestBase\n\n\nclass TestO(TestBase):\n"
+                "    def test_shared(self):\n        super().test_shared()\n",
+                "tests/__init__.py": "",
+            },
+            "tests/test_o.py::TestO::test_shared",
+            "deleting tests/test_o.py::TestO::test_shared would let tests/test_x.py::TestBase::test_shared take its"
+            " place",
+        ),
+        (  # a mixin the package ships: restoring it would land in the code patch
+            {
+                "src/pkg/__init__.py": "",
+                "src/pkg/testing.py": "class Mixin:\n    def test_lib(self):\n        pass\n",
+                "tests/test_l.py": "from pkg.testing import Mixin\n\n\nclass TestL(Mixin):\n    pass\n",
+            },
+            "tests/test_l.py::TestL::test_lib",
+            "inherited from src/pkg/testing.py::Mixin, which is not test code",
+        ),
+    ],
+)
+def test_inherited_tests_that_cannot_be_hidden(
+    files: dict[str, str], nodeid: str, message: str, tmp_path: Path
+) -> None:
+    write(tmp_path, {"tests/test_x.py": TEST_X, **files})
+    with pytest.raises(TaskforgeError, match=message) as info:
+        hide_tests(tmp_path, [nodeid])
+    assert info.value.reason == "unhideable_test"
 
 
 def test_a_file_left_without_tests_is_deleted(tmp_path: Path) -> None:
@@ -279,6 +452,9 @@ def test_a_file_left_without_tests_is_deleted(tmp_path: Path) -> None:
         "README.rst::README.rst",  # a text-file doctest
         "docs/index.md",
         "tests/test_x.py::test_missing",
+        "tests/test_x.py::TestChild::test_missing",  # in no class TestChild inherits from
+        "tests/test_x.py::TestMissing::test_a",
+        "tests/test_x.py::TestOuter::TestMissing::test_a",
         "tests/test_nofile.py::test_a",
     ],
 )
