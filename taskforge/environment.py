@@ -311,11 +311,14 @@ def build_environment(
     cache = cache_dir or cache_root() / "envs"
     python = host_python(base.python)
     detected = detect_test_requirements(snapshot.path)
+    templates = sandboxes_dir() / "templates"
     key = _digest(
         snapshot.commit,
         base.image_id,
         json.dumps(detected.to_json(), sort_keys=True),
         *(r.requirement for r in _TOOL_REQUIREMENTS),
+        (templates / "env.Dockerfile").read_bytes(),
+        (templates / "install_metadata.py").read_bytes(),
     )[:20]
     record = cache / f"{canonicalize_name(snapshot.name)}-{key}.json"
     if record.is_file():

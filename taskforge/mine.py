@@ -105,6 +105,7 @@ class Task:
     environment: str
     """The environment record, as JSON (import roots, installed wheels, dropped requirements)."""
     lines_removed: int
+    """Lines of code the gold patch puts back."""
     validation: str
     """Validation details, as JSON: runs, durations, agent, writer."""
     seed: int
@@ -142,6 +143,8 @@ class RepoResult:
 class _Baseline:
     passing: tuple[str, ...]
     """Tests that passed in every baseline run."""
+    tests: tuple[str, ...]
+    """Every test of the first baseline run, whatever its outcome."""
     coverage: dict[str, dict[str, list[int]]]
     importable: tuple[str, ...]
     """Package modules that import at baseline (the import check after a removal uses these)."""
@@ -165,6 +168,12 @@ def _failing(run: RunResult, tests: Sequence[str]) -> set[str]:
     return {t for t in tests if t not in run.results or run.results[t].outcome != "passed"}
 
 
+def _uncollectable(run: RunResult, tests: Sequence[str]) -> set[str]:
+    """Of ``tests``, those in modules (or classes) that failed to collect in ``run``."""
+    locations = [e.location for e in run.collection_errors]
+    return {t for t in tests if any(t.startswith(f"{loc}::") for loc in locations)}
+
+
 def _baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: RepoResult) -> _Baseline:
     first = runner.run(coverage=True, imports=sorted(index.modules))
     outcomes = [first, *(runner.run() for _ in range(runs - 1))]
@@ -179,6 +188,7 @@ def _baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: RepoRe
         raise TestRunError(f"no test of {runner.snapshot.source} passes reliably", reason="no_passing_tests")
     return _Baseline(
         passing=tuple(passing),
+        tests=tuple(first.results),
         coverage=first.coverage or {},
         importable=tuple(m for m in sorted(index.modules) if m not in first.import_errors),
     )
@@ -261,13 +271,15 @@ def _check_fast(
             return "package_import_failed"
         if run.status in ("timeout", "oom", "crashed"):
             return f"affected_{run.status}"
-        failing_sets.append(_failing(run, candidate.tests))
+        # A test module that no longer imports fails every test in it, selected or not.
+        failing_sets.append(_failing(run, candidate.tests) | _uncollectable(run, ctx.baseline.passing))
+        broken_modules = _uncollectable(run, ctx.baseline.tests)
     if any(s != failing_sets[0] for s in failing_sets[1:]):
         return "flaky_fail_to_pass"
     fail_to_pass = sorted(failing_sets[0])
     if not fail_to_pass:
         return "no_failing_tests"
-    hidden_changes = _hide(fail_to_pass, ctx)
+    hidden_changes = _hide(sorted(set(fail_to_pass) | broken_modules), ctx)
     if isinstance(hidden_changes, str):
         return hidden_changes
     start_changes = {**changes, **hidden_changes}
@@ -310,12 +322,13 @@ def _check_naive(
         if run.status in ("timeout", "oom", "crashed"):
             return f"affected_{run.status}"
         failing_sets.append(_failing(run, ctx.baseline.passing))
+        broken_modules = _uncollectable(run, ctx.baseline.tests)
     if any(s != failing_sets[0] for s in failing_sets[1:]):
         return "flaky_fail_to_pass"
     fail_to_pass = sorted(failing_sets[0])
     if not fail_to_pass:
         return "no_failing_tests"
-    hidden_changes = _hide(fail_to_pass, ctx)
+    hidden_changes = _hide(sorted(set(fail_to_pass) | broken_modules), ctx)
     if isinstance(hidden_changes, str):
         return hidden_changes
     start_changes = {**changes, **hidden_changes}
@@ -349,13 +362,15 @@ def _make_task(candidate: Candidate, removal: Any, checked: _Checked, ctx: _Cont
             target=candidate.target,
             module_path=module_path,
             symbols=removed_symbols(symbols, removal.removed),
-            hidden_tests=tuple(checked.fail_to_pass),
+            # The tests coverage tied to the feature say what it does; others may only have
+            # failed because their module imports it.
+            hidden_tests=tuple(t for t in checked.fail_to_pass if t in candidate.tests) or tuple(checked.fail_to_pass),
             removed_code=removal.removed_code,
         )
     )
     if leaked_lines(statement, removal.removed_code):
         return "statement_leaks_code"
-    lines_removed = sum(1 for line in removal_patch.splitlines() if line.startswith("-") and not line.startswith("---"))
+    lines_removed = sum(1 for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++"))
     digest = hashlib.sha256("\0".join([snapshot.commit, candidate.strategy, candidate.target, removal_patch]).encode())
     slug = re.sub(r"[^A-Za-z0-9]+", "-", candidate.target.replace(":", ".")).strip("-")[-60:]
     return Task(

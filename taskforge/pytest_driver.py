@@ -10,18 +10,23 @@ The request says:
   and empty /tmp but for /tmp/taskforge, so that no run sees another's leftovers;
 - ``delete``: repo-relative paths to remove after the reset; stdin is a tar of files to write;
 - ``args``: pytest arguments; ``env``: extra environment for pytest;
-- ``select``: node ids to run (the rest are deselected by the taskforge plugin);
+- ``select``: node ids to run: only their files are collected, and the taskforge plugin
+  deselects the rest of those files' tests;
 - ``coverage``: directories to measure, per test;
-- ``imports``: modules to import first, each in a fresh interpreter; those that fail are reported.
+- ``imports``: modules to import first, in one fresh interpreter; those that fail are reported.
 
-It prints one JSON object: pytest's exit code, the tail of its output, the JUnit report and, if
-asked, the coverage map and the modules that failed to import. pytest's own output goes to a file, so a chatty suite cannot flood the
+It prints one JSON object: pytest's exit code, the tail of its output, the JUnit report, the
+resource limits the run ran into and, if asked, the coverage map and the modules that failed to
+import. Then it kills every other process of the sandbox user (``kill(-1)``, which spares PID 1
+and the caller), so nothing a test started outlives the run: the same reap the sandbox layer does
+after an exec, done here to save an exec per run. pytest's own output goes to a file, so a chatty suite cannot flood the
 channel that carries the report.
 """
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -49,6 +54,58 @@ def _reset() -> None:
     os.makedirs("/tmp/home", exist_ok=True)
 
 
+_IMPORT_ALL = """
+import importlib, json, sys
+errors = {}
+for module in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(module)
+    except BaseException as err:  # any failure at import is what this check reports
+        errors[module] = ("%s: %s" % (type(err).__name__, err))[:300]
+print(json.dumps(errors))
+"""
+
+
+def _import_errors(modules, env):  # type: ignore[no-untyped-def]
+    """Import every module in one fresh interpreter; the ones that fail, with their error."""
+    if not modules:
+        return {}
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ALL, json.dumps(modules)],
+        cwd=WORKSPACE,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        lines = (proc.stderr.strip() or "exit %d" % proc.returncode).splitlines()
+        return {"<interpreter>": lines[-1][:300]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+_COUNTERS = {
+    "pids_limit": ("/sys/fs/cgroup/pids/pids.events", "/sys/fs/cgroup/pids.events"),
+    "oom": ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"),
+}
+_COUNTER_KEYS = {"pids_limit": "max", "oom": "oom_kill"}
+
+
+def _limit_counters():  # type: ignore[no-untyped-def]
+    """The cgroup's count of refused forks and OOM kills (cgroup v1 or v2 files)."""
+    counts = {}
+    for name, paths in _COUNTERS.items():
+        counts[name] = 0
+        for path in paths:
+            if os.path.exists(path):
+                with open(path) as f:
+                    for line in f:
+                        key, _, value = line.partition(" ")
+                        if key == _COUNTER_KEYS[name]:
+                            counts[name] = int(value)
+    return counts
+
+
 def main() -> None:
     request = json.loads(sys.argv[1])
     if request.get("reset"):
@@ -67,34 +124,28 @@ def main() -> None:
 
     env = dict(os.environ)
     env.update(request.get("env", {}))
-    import_errors = {}
-    for module in request.get("imports") or []:
-        proc = subprocess.run(
-            [sys.executable, "-c", "import " + module],
-            cwd=WORKSPACE,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            lines = (proc.stderr.strip() or "exit %d" % proc.returncode).splitlines()
-            import_errors[module] = lines[-1][:300]
+    import_errors = _import_errors(request.get("imports") or [], env)
+    args = list(request["args"])
     if request.get("select") is not None:
         with open(SELECT, "w", encoding="utf-8") as f:
             json.dump(request["select"], f)
         env["TASKFORGE_SELECT"] = SELECT
+        files = sorted({nodeid.split("::", 1)[0] for nodeid in request["select"]})
+        args += [f for f in files if os.path.exists(os.path.join(WORKSPACE, f))]
     if request.get("coverage"):
         env["TASKFORGE_COVERAGE_OUT"] = COVERAGE
         env["TASKFORGE_COVERAGE_SOURCE"] = os.pathsep.join(request["coverage"])
+    before = _limit_counters()
     with open(OUTPUT, "wb") as out:
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", *request["args"]],
+            [sys.executable, "-m", "pytest", *args],
             cwd=WORKSPACE,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    after = _limit_counters()
     with open(OUTPUT, "rb") as f:
         f.seek(max(0, os.path.getsize(OUTPUT) - 8192))
         tail = f.read().decode("utf-8", "replace")
@@ -112,9 +163,15 @@ def main() -> None:
             "report": read(REPORT),
             "coverage": read(COVERAGE),
             "import_errors": import_errors,
+            "limits_hit": sorted(name for name in after if after[name] > before[name]),
         },
         sys.stdout,
     )
+    sys.stdout.flush()
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # nothing was left to kill
 
 
 if __name__ == "__main__":

@@ -290,6 +290,7 @@ class SuiteRunner:
             workdir=WORKSPACE,
             stdin=payload,
             output_limit=_REPLY_LIMIT,
+            reap=False,  # the driver reaps, and reports the limits hit
         )
         duration = time.monotonic() - started
         if result.timed_out or result.limit_hit is not None or result.exit_code != 0:
@@ -302,7 +303,7 @@ class SuiteRunner:
                 f"the JUnit report of {self.snapshot.source} does not carry this run's nonce", reason="report_forged"
             )
         run = _run_result(reply["exit_code"], report, reply["output_tail"], duration,
-                          timed_out=False, oom=False, truncated=result.truncated)
+                          timed_out=False, oom="oom" in reply["limits_hit"], truncated=result.truncated)
         if reply["import_errors"]:
             run = replace(run, import_errors=dict(reply["import_errors"]))
         if reply["coverage"] is not None:

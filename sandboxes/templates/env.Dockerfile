@@ -1,4 +1,5 @@
 # One environment image per repository: its resolved dependencies and nothing of its code.
+# The dependencies are byte-compiled here (pip's default), so no run pays for compiling pytest.
 # The code is copied into /workspace at run time; `project/` carries only the project's installed
 # metadata (dist-info, console scripts) and a .pth naming where its packages will be found.
 FROM {base_image} AS build
@@ -6,7 +7,7 @@ COPY wheels /tmp/wheels
 COPY project /tmp/project
 RUN python3 -m venv /opt/venv \
  && /opt/venv/bin/python -m pip install --no-index --no-deps --no-cache-dir \
-        --disable-pip-version-check --no-compile /tmp/wheels/*.whl \
+        --disable-pip-version-check /tmp/wheels/*.whl \
  && /opt/venv/bin/python /tmp/project/install_metadata.py /tmp/project /opt/venv /workspace
 
 FROM {base_image}
