@@ -298,7 +298,8 @@ def _check_naive(
     candidate: Candidate, changes: dict[str, str | None], removal: Any, ctx: _Context, backend: SandboxBackend,
     limits: SandboxLimits | None, result: RepoResult,
 ) -> _Checked | str:
-    """The reference: every check in a fresh container, on the full suite, `repeats` times.
+    """The reference: each of the four checks (imports, FAIL_TO_PASS, PASS_TO_PASS, gold) in a
+    fresh container, on the full suite, `repeats` times.
 
     It decides exactly what ``_check_fast`` decides, without its shortcuts; the mining benchmark
     measures the fast path against it.
@@ -314,11 +315,12 @@ def _check_naive(
         return run
 
     importable = [m for m in ctx.baseline.importable if m not in _removed_modules(candidate)]
-    failing_sets = []
-    for attempt in range(ctx.config.repeats):
-        run = fresh(changes, imports=importable if attempt == 0 else ())
-        if run.import_errors:
+    for _ in range(ctx.config.repeats):  # check 1: the package imports
+        if fresh(changes, imports=importable, pytest=False).import_errors:
             return "package_import_failed"
+    failing_sets = []
+    for _ in range(ctx.config.repeats):  # check 2: FAIL_TO_PASS fail at start + test_patch
+        run = fresh(changes)
         if run.status in ("timeout", "oom", "crashed"):
             return f"affected_{run.status}"
         failing_sets.append(_failing(run, ctx.baseline.passing))
@@ -332,6 +334,7 @@ def _check_naive(
     if isinstance(hidden_changes, str):
         return hidden_changes
     start_changes = {**changes, **hidden_changes}
+    # check 3: PASS_TO_PASS pass at the start state; check 4: gold passes everything
     verdicts = [_check_start(fresh(start_changes), fail_to_pass, ctx) for _ in range(ctx.config.repeats)]
     if any(isinstance(v, str) for v in verdicts):
         return next(v for v in verdicts if isinstance(v, str))

@@ -13,7 +13,8 @@ The request says:
 - ``select``: node ids to run: only their files are collected, and the taskforge plugin
   deselects the rest of those files' tests;
 - ``coverage``: directories to measure, per test;
-- ``imports``: modules to import first, in one fresh interpreter; those that fail are reported.
+- ``imports``: modules to import first, in one fresh interpreter; those that fail are reported;
+- ``pytest``: false to skip pytest (an import check alone).
 
 It prints one JSON object: pytest's exit code, the tail of its output, the JUnit report, the
 resource limits the run ran into and, if asked, the coverage map and the modules that failed to
@@ -137,14 +138,17 @@ def main() -> None:
         env["TASKFORGE_COVERAGE_SOURCE"] = os.pathsep.join(request["coverage"])
     before = _limit_counters()
     with open(OUTPUT, "wb") as out:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", *args],
-            cwd=WORKSPACE,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        if request.get("pytest", True):
+            returncode = subprocess.run(
+                [sys.executable, "-m", "pytest", *args],
+                cwd=WORKSPACE,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            ).returncode
+        else:
+            returncode = None
     after = _limit_counters()
     with open(OUTPUT, "rb") as f:
         f.seek(max(0, os.path.getsize(OUTPUT) - 8192))
@@ -158,7 +162,7 @@ def main() -> None:
 
     json.dump(
         {
-            "exit_code": proc.returncode,
+            "exit_code": returncode,
             "output_tail": tail,
             "report": read(REPORT),
             "coverage": read(COVERAGE),

@@ -263,12 +263,14 @@ class SuiteRunner:
         coverage: bool = False,
         imports: Sequence[str] = (),
         extra_args: Sequence[str] = (),
+        pytest: bool = True,
     ) -> RunResult:
         """Run pytest on the snapshot with ``changes`` (path → new text, None = deleted) applied.
 
         ``select`` limits the run to those node ids; ``coverage`` maps each test to the lines of
         the project's packages it executed (``RunResult.coverage``); ``imports`` are modules to
-        import, each on its own, before pytest runs (failures land in ``RunResult.import_errors``).
+        import before pytest runs (failures land in ``RunResult.import_errors``); ``pytest=False``
+        makes the run an import check alone.
         """
         changes = changes or {}
         box = self._sandbox()
@@ -281,6 +283,7 @@ class SuiteRunner:
             "select": list(select) if select is not None else None,
             "coverage": [f"{WORKSPACE}/{path}" for path in self.env.package_paths] if coverage else None,
             "imports": list(imports),
+            "pytest": pytest,
         }
         payload = _tar({path: text.encode() for path, text in changes.items() if text is not None})
         started = time.monotonic()
