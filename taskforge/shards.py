@@ -51,6 +51,9 @@ def write_shard(tasks: Sequence[Task], out_dir: Path, *, name: str) -> Path:
             pq.write_table(table, f, compression="zstd", row_group_size=256)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a shard is for sharing
         final = out_dir / name
         os.replace(tmp, final)
     except BaseException:
