@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from taskforge import __version__
@@ -34,7 +34,7 @@ from taskforge.environment import Environment, build_environment
 from taskforge.errors import TaskforgeError, TestRunError
 from taskforge.hiding import hide_tests
 from taskforge.patches import apply_patch, diff
-from taskforge.removal import RemovalAgent, Strategy, load_agent
+from taskforge.removal import Removal, RemovalAgent, load_agent
 from taskforge.sandbox import SandboxBackend, SandboxLimits
 from taskforge.sources import Snapshot, fetch
 from taskforge.statements import StatementContext, leaked_lines, load_writer, removed_symbols
@@ -217,7 +217,7 @@ class _Checked:
     timings: dict[str, list[float]]
 
 
-def _remove(candidate: Candidate, ctx: _Context) -> tuple[Any, dict[str, str | None]] | str:
+def _remove(candidate: Candidate, ctx: _Context) -> tuple[Removal, dict[str, str | None]] | str:
     """The removal and its file changes, or a rejection reason."""
     try:
         removal = ctx.agent.remove(ctx.snapshot.path, ctx.index, target=candidate.target, strategy=candidate.strategy)
@@ -238,6 +238,25 @@ def _hide(fail_to_pass: Sequence[str], ctx: _Context) -> dict[str, str | None] |
         return err.reason
 
 
+def _start_state(
+    failing_sets: Sequence[set[str]], broken_modules: set[str], changes: dict[str, str | None], ctx: _Context
+) -> tuple[list[str], dict[str, str | None]] | str:
+    """FAIL_TO_PASS (failing in every repeat) and the start state's changes, or a rejection reason.
+
+    Tests of modules that no longer collect are hidden along with FAIL_TO_PASS, whatever their
+    baseline outcome, so that the file goes as a whole.
+    """
+    if any(s != failing_sets[0] for s in failing_sets[1:]):
+        return "flaky_fail_to_pass"
+    fail_to_pass = sorted(failing_sets[0])
+    if not fail_to_pass:
+        return "no_failing_tests"
+    hidden_changes = _hide(sorted(set(fail_to_pass) | broken_modules), ctx)
+    if isinstance(hidden_changes, str):
+        return hidden_changes
+    return fail_to_pass, {**changes, **hidden_changes}
+
+
 def _check_start(start: RunResult, fail_to_pass: Sequence[str], ctx: _Context) -> tuple[list[str], list[str]] | str:
     """(PASS_TO_PASS, hidden tests) if the start state holds, else a rejection reason."""
     if start.status not in ("ok", "tests_failed"):
@@ -255,12 +274,13 @@ def _check_start(start: RunResult, fail_to_pass: Sequence[str], ctx: _Context) -
 
 
 def _check_fast(
-    candidate: Candidate, changes: dict[str, str | None], removal: Any, ctx: _Context, runner: SuiteRunner, result: RepoResult
+    candidate: Candidate, changes: dict[str, str | None], removal: Removal, ctx: _Context, runner: SuiteRunner, result: RepoResult
 ) -> _Checked | str:
     """Affected tests first, `repeats` times, in the warm container; then the full suite once."""
     timings: dict[str, list[float]] = {"affected_s": [], "start_state_s": []}
     importable = [m for m in ctx.baseline.importable if m not in _removed_modules(candidate)]
-    failing_sets = []
+    failing_sets: list[set[str]] = []
+    broken_modules: set[str] = set()
     for attempt in range(ctx.config.repeats):
         run = runner.run(
             changes=changes, select=candidate.tests, imports=importable if attempt == 0 else (), extra_args=_CONTINUE
@@ -274,15 +294,10 @@ def _check_fast(
         # A test module that no longer imports fails every test in it, selected or not.
         failing_sets.append(_failing(run, candidate.tests) | _uncollectable(run, ctx.baseline.passing))
         broken_modules = _uncollectable(run, ctx.baseline.tests)
-    if any(s != failing_sets[0] for s in failing_sets[1:]):
-        return "flaky_fail_to_pass"
-    fail_to_pass = sorted(failing_sets[0])
-    if not fail_to_pass:
-        return "no_failing_tests"
-    hidden_changes = _hide(sorted(set(fail_to_pass) | broken_modules), ctx)
-    if isinstance(hidden_changes, str):
-        return hidden_changes
-    start_changes = {**changes, **hidden_changes}
+    decided = _start_state(failing_sets, broken_modules, changes, ctx)
+    if isinstance(decided, str):
+        return decided
+    fail_to_pass, start_changes = decided
     start = runner.run(changes=start_changes)
     result.runs += 1
     timings["start_state_s"].append(round(start.duration_s, 3))
@@ -295,7 +310,7 @@ def _check_fast(
 
 
 def _check_naive(
-    candidate: Candidate, changes: dict[str, str | None], removal: Any, ctx: _Context, backend: SandboxBackend,
+    candidate: Candidate, changes: dict[str, str | None], removal: Removal, ctx: _Context, backend: SandboxBackend,
     limits: SandboxLimits | None, result: RepoResult,
 ) -> _Checked | str:
     """The reference: each of the four checks (imports, FAIL_TO_PASS, PASS_TO_PASS, gold) in a
@@ -318,22 +333,18 @@ def _check_naive(
     for _ in range(ctx.config.repeats):  # check 1: the package imports
         if fresh(changes, imports=importable, pytest=False).import_errors:
             return "package_import_failed"
-    failing_sets = []
+    failing_sets: list[set[str]] = []
+    broken_modules: set[str] = set()
     for _ in range(ctx.config.repeats):  # check 2: FAIL_TO_PASS fail at start + test_patch
         run = fresh(changes)
         if run.status in ("timeout", "oom", "crashed"):
             return f"affected_{run.status}"
         failing_sets.append(_failing(run, ctx.baseline.passing))
         broken_modules = _uncollectable(run, ctx.baseline.tests)
-    if any(s != failing_sets[0] for s in failing_sets[1:]):
-        return "flaky_fail_to_pass"
-    fail_to_pass = sorted(failing_sets[0])
-    if not fail_to_pass:
-        return "no_failing_tests"
-    hidden_changes = _hide(sorted(set(fail_to_pass) | broken_modules), ctx)
-    if isinstance(hidden_changes, str):
-        return hidden_changes
-    start_changes = {**changes, **hidden_changes}
+    decided = _start_state(failing_sets, broken_modules, changes, ctx)
+    if isinstance(decided, str):
+        return decided
+    fail_to_pass, start_changes = decided
     # check 3: PASS_TO_PASS pass at the start state; check 4: gold passes everything
     verdicts = [_check_start(fresh(start_changes), fail_to_pass, ctx) for _ in range(ctx.config.repeats)]
     if any(isinstance(v, str) for v in verdicts):
@@ -346,7 +357,7 @@ def _check_naive(
                     start_changes=start_changes, timings=timings)
 
 
-def _make_task(candidate: Candidate, removal: Any, checked: _Checked, ctx: _Context) -> Task | str:
+def _make_task(candidate: Candidate, removal: Removal, checked: _Checked, ctx: _Context) -> Task | str:
     """Diffs, the gold check, the statement and its leak check; the task row or a rejection reason."""
     snapshot = ctx.snapshot
     start_changes = checked.start_changes
