@@ -123,19 +123,28 @@ class DockerBackend:
     def gc(self, *, everything: bool = False) -> list[str]:
         """Remove leaked sandboxes: those whose owning process on this host is gone (all with ``everything``)."""
         removed = []
-        host = socket.gethostname()
-        for container in self.client.containers.list(all=True, filters={"label": MANAGED_LABEL}):
-            owner_host = container.labels.get(_OWNER_HOST)
-            owner_pid = int(container.labels.get(_OWNER_PID, "0"))
-            owner_alive = owner_host == host and _pid_alive(owner_pid)
-            if everything or not owner_alive:
+        for container in self._managed():
+            if everything or self._leaked(container):
                 container.remove(force=True)
                 removed.append(container.name)
         return removed
 
+    def leaked_containers(self) -> list[str]:
+        """Names of sandboxes whose owning process is gone: what ``gc`` would remove."""
+        return [c.name for c in self._managed() if self._leaked(c)]
+
+    def _managed(self) -> list[Any]:
+        return list(self.client.containers.list(all=True, filters={"label": MANAGED_LABEL}))
+
+    @staticmethod
+    def _leaked(container: Any) -> bool:
+        owner_host = container.labels.get(_OWNER_HOST)
+        owner_pid = int(container.labels.get(_OWNER_PID, "0"))
+        return not (owner_host == socket.gethostname() and _pid_alive(owner_pid))
+
     def managed_containers(self) -> list[str]:
         """Names of all containers taskforge started that still exist."""
-        return [c.name for c in self.client.containers.list(all=True, filters={"label": MANAGED_LABEL})]
+        return [c.name for c in self._managed()]
 
     # -- images -------------------------------------------------------------------------------
 
