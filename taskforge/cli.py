@@ -91,7 +91,8 @@ def test_command(source: str, runs: int, as_json: bool, timeout_s: float) -> Non
 def mine_command(sources: tuple[str, ...], out_dir: Path, max_tasks: int, strategies: str, seed: int) -> None:
     """Mine feature-removal tasks from each SOURCE into Parquet shards in OUT.
 
-    A repository that fails is recorded with its reason and the run goes on.
+    A repository that fails is recorded with its reason (in OUT/mine-summary.json) and the run
+    goes on. Exit status 1 means every repository failed.
     """
     from collections import Counter
 
@@ -158,6 +159,8 @@ def mine_command(sources: tuple[str, ...], out_dir: Path, max_tasks: int, strate
     for source, reason in failures.items():
         click.echo(f"  failed {source}: {reason}")
     click.echo("time per stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(stage_s.items(), key=lambda kv: -kv[1])))
+    if len(failures) == len(sources):
+        sys.exit(1)  # nothing was mined at all
 
 
 @main.command("validate")

@@ -84,3 +84,22 @@ def test_validate_cli_confirms_every_task(mined, session_cache) -> None:  # type
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "BROKEN" not in proc.stdout
+
+
+def test_a_failing_repository_is_recorded_and_the_run_goes_on(tmp_path, session_cache, base_image) -> None:  # type: ignore[no-untyped-def]
+    env = {**os.environ, "TASKFORGE_CACHE": str(session_cache)}
+    bad = "pypi:taskforge-no-such-project-x7q==1.0"
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskforge.cli", "mine", bad, "pypi:iniconfig==2.3.1", "--out", str(tmp_path / "a"), "--max-tasks", "1"],
+        capture_output=True, text=True, timeout=900, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "a" / "mine-summary.json").read_text())
+    assert summary["failures"][bad].endswith("[source_not_found]")
+    assert summary["totals"]["tasks"] == 1
+    assert len(read_tasks(tmp_path / "a")) == 1
+    only_bad = subprocess.run(
+        [sys.executable, "-m", "taskforge.cli", "mine", bad, "--out", str(tmp_path / "b")],
+        capture_output=True, text=True, timeout=900, env=env,
+    )
+    assert only_bad.returncode == 1
