@@ -355,14 +355,14 @@ def build_environment(
             "console_scripts": project.console_scripts,
         }
         (context / "project" / "metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True))
-        shutil.copy(sandboxes_dir() / "templates" / "install_metadata.py", context / "project")
+        shutil.copy(templates / "install_metadata.py", context / "project")
         shutil.copytree(wheelhouse, context / "wheels")
 
         wheel_digests = sorted(
             f"{w.name}:{hashlib.sha256(w.read_bytes()).hexdigest()}" for w in wheelhouse.glob("*.whl")
         )
         dist_digest = _digest(*(f"{n}:{hashlib.sha256(c).hexdigest()}" for n, c in sorted(project.dist_info.items())))
-        template = (sandboxes_dir() / "templates" / "env.Dockerfile").read_text()
+        template = (templates / "env.Dockerfile").read_text()
         image_hash = _digest(base.image_id, template, *wheel_digests, dist_digest, json.dumps(metadata, sort_keys=True))
         tag = f"taskforge-env-{own}:{image_hash[:16]}"
         labels = {"taskforge.env.repo": snapshot.name, "taskforge.env.base": base.tag}
