@@ -276,37 +276,54 @@ def _check_start(start: RunResult, fail_to_pass: Sequence[str], ctx: _Context) -
 def _check_fast(
     candidate: Candidate, changes: dict[str, str | None], removal: Removal, ctx: _Context, runner: SuiteRunner, result: RepoResult
 ) -> _Checked | str:
-    """Affected tests first, `repeats` times, in the warm container; then the full suite once."""
+    """Affected tests first, `repeats` times, in the warm container; then the full suite once.
+
+    When the full run shows tests that the removal breaks but coverage did not tie to the feature
+    (a test module that imports it, a test that reaches it through a subprocess), they join the
+    affected tests and the checks run once more, instead of the candidate being rejected.
+    """
     timings: dict[str, list[float]] = {"affected_s": [], "start_state_s": []}
     importable = [m for m in ctx.baseline.importable if m not in _removed_modules(candidate)]
-    failing_sets: list[set[str]] = []
-    broken_modules: set[str] = set()
-    for attempt in range(ctx.config.repeats):
-        run = runner.run(
-            changes=changes, select=candidate.tests, imports=importable if attempt == 0 else (), extra_args=_CONTINUE
-        )
+    tests = list(candidate.tests)
+    for round_ in range(2):
+        failing_sets: list[set[str]] = []
+        broken_modules: set[str] = set()
+        for attempt in range(ctx.config.repeats):
+            run = runner.run(
+                changes=changes,
+                select=tests,
+                imports=importable if attempt == round_ == 0 else (),
+                extra_args=_CONTINUE,
+            )
+            result.runs += 1
+            timings["affected_s"].append(round(run.duration_s, 3))
+            if run.import_errors:
+                return "package_import_failed"
+            if run.status in ("timeout", "oom", "crashed"):
+                return f"affected_{run.status}"
+            # A test module that no longer imports fails every test in it, selected or not.
+            failing_sets.append(_failing(run, tests) | _uncollectable(run, ctx.baseline.passing))
+            broken_modules = _uncollectable(run, ctx.baseline.tests)
+        decided = _start_state(failing_sets, broken_modules, changes, ctx)
+        if isinstance(decided, str):
+            return decided
+        fail_to_pass, start_changes = decided
+        start = runner.run(changes=start_changes)
         result.runs += 1
-        timings["affected_s"].append(round(run.duration_s, 3))
-        if run.import_errors:
-            return "package_import_failed"
-        if run.status in ("timeout", "oom", "crashed"):
-            return f"affected_{run.status}"
-        # A test module that no longer imports fails every test in it, selected or not.
-        failing_sets.append(_failing(run, candidate.tests) | _uncollectable(run, ctx.baseline.passing))
-        broken_modules = _uncollectable(run, ctx.baseline.tests)
-    decided = _start_state(failing_sets, broken_modules, changes, ctx)
-    if isinstance(decided, str):
-        return decided
-    fail_to_pass, start_changes = decided
-    start = runner.run(changes=start_changes)
-    result.runs += 1
-    timings["start_state_s"].append(round(start.duration_s, 3))
-    verdict = _check_start(start, fail_to_pass, ctx)
-    if isinstance(verdict, str):
-        return verdict
-    pass_to_pass, hidden = verdict
-    return _Checked(fail_to_pass=fail_to_pass, pass_to_pass=pass_to_pass, hidden=hidden,
-                    start_changes=start_changes, timings=timings)
+        timings["start_state_s"].append(round(start.duration_s, 3))
+        verdict = _check_start(start, fail_to_pass, ctx)
+        if not isinstance(verdict, str):
+            pass_to_pass, hidden = verdict
+            return _Checked(fail_to_pass=fail_to_pass, pass_to_pass=pass_to_pass, hidden=hidden,
+                            start_changes=start_changes, timings=timings)
+        if round_ == 1 or verdict not in ("breaks_other_tests", "start_state_collection_errors"):
+            return verdict
+        missed = {t for t, r in start.results.items() if r.outcome != "passed" and t in ctx.baseline.passing}
+        missed |= _uncollectable(start, ctx.baseline.passing)
+        if not missed - set(tests):
+            return verdict
+        tests = sorted(set(tests) | missed)
+    raise AssertionError("unreachable: the second round always returns")
 
 
 def _check_naive(
