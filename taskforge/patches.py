@@ -8,7 +8,6 @@ exactly; binary files never change here (removals touch Python sources only).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from taskforge.errors import TaskforgeError
 
-__all__ = ["Changes", "apply_patch", "diff", "materialize", "split_changes"]
+__all__ = ["Changes", "apply_patch", "diff", "materialize"]
 
 Changes = Mapping[str, str | None]
 
@@ -101,16 +100,3 @@ def apply_patch(snapshot: Path, changes: Changes, patch: str) -> dict[str, str |
         for code, rel in zip(fields[0::2], fields[1::2], strict=False):
             result[rel] = None if code == "D" else (work / rel).read_text(encoding="utf-8")
         return result
-
-
-def split_changes(changes: Changes, is_test: Callable[[str], bool]) -> tuple[dict[str, str | None], dict[str, str | None]]:
-    """(code changes, test changes)."""
-    code = {rel: text for rel, text in changes.items() if not is_test(rel)}
-    tests = {rel: text for rel, text in changes.items() if is_test(rel)}
-    return code, tests
-
-
-def copy_state(snapshot: Path, changes: Changes, dest: Path) -> None:
-    """Write the full tree of a state (without .git) to ``dest``."""
-    with materialize(snapshot, changes) as work:
-        shutil.copytree(work, dest, ignore=shutil.ignore_patterns(".git"))

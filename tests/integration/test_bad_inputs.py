@@ -49,6 +49,14 @@ def cache(session_cache: Path, base_image, backend):  # type: ignore[no-untyped-
     assert _leftovers(session_cache) == []
 
 
+def _pyproject(name: str, extra: str = "") -> str:
+    """A minimal setuptools project named ``name``; ``extra`` goes into [project]."""
+    return (
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}"\nversion = "0.1"\n{extra}\n'
+    )
+
+
 def _write(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         path = root / rel
@@ -82,15 +90,7 @@ def test_dependency_that_cannot_be_resolved(cache: Path, tmp_path: Path) -> None
     repo = _write(
         tmp_path / "baddep",
         {
-            "pyproject.toml": """
-                [build-system]
-                requires = ["setuptools>=61"]
-                build-backend = "setuptools.build_meta"
-                [project]
-                name = "baddep"
-                version = "0.1"
-                dependencies = ["taskforge-no-such-dependency-x7q>=1"]
-            """,
+            "pyproject.toml": _pyproject("baddep", 'dependencies = ["taskforge-no-such-dependency-x7q>=1"]'),
             "baddep/__init__.py": "X = 1\n",
             "tests/test_x.py": "def test_x():\n    assert True\n",
         },
@@ -103,14 +103,7 @@ def test_syntax_error_in_the_package(cache: Path, tmp_path: Path) -> None:
     repo = _write(
         tmp_path / "broken",
         {
-            "pyproject.toml": """
-                [build-system]
-                requires = ["setuptools>=61"]
-                build-backend = "setuptools.build_meta"
-                [project]
-                name = "broken"
-                version = "0.1"
-            """,
+            "pyproject.toml": _pyproject("broken"),
             "broken/__init__.py": "from broken.core import f\n",
             "broken/core.py": "def f(:\n    return 1\n",
             "tests/test_f.py": "from broken import f\n\ndef test_f():\n    assert f() == 1\n",
