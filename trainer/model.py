@@ -372,22 +372,38 @@ class MatrixLayout:
             return batch.transpose(0, 1).reshape(like.shape)
         return batch.reshape(like.shape)
 
-    def shard_pieces(self, local: Tensor, start: int, full_shape: torch.Size) -> list[tuple[int, int, Tensor]]:
-        """The pieces of each unit held by a Shard(0) shard: `local` is rows [start, start+len) of the
-        full parameter's dim 0. Whatever the layout, a shard holds a contiguous range of each unit's
-        rows at full unit width, so each piece is (unit, first unit row, view [rows, b])."""
-        a, b = self.unit_shape(full_shape)
-        stop = start + local.shape[0]
+    def shard_rows(self, start: int, stop: int, full_shape: tuple[int, ...] | torch.Size) -> list[tuple[int, int, int]]:
+        """What a Shard(0) shard holding rows [start, stop) of the full parameter's dim 0 holds of each
+        unit. Whatever the layout, that is a contiguous range of the unit's rows at full unit width, so
+        the answer is a list of (unit, first unit row, end unit row), units ascending."""
+        a, _ = self.unit_shape(full_shape)
+        if stop <= start:
+            return []
         if self.kind == "stacked":
-            return [(u, 0, local[u - start]) for u in range(start, stop)]
+            return [(u, 0, a) for u in range(start, stop)]
         if self.kind == "whole":
-            return [(0, start, local)] if stop > start else []
+            return [(0, start, stop)]
         if self.kind == "col_blocks":
-            return [(u, start, local[:, u * b:(u + 1) * b]) for u in range(self.units)] if stop > start else []
+            return [(u, start, stop) for u in range(self.units)]
+        return [(u, max(start, u * a) - u * a, min(stop, (u + 1) * a) - u * a)
+                for u in range(start // a, -(-stop // a))]
+
+    def shard_pieces(self, local: Tensor, start: int, full_shape: tuple[int, ...] | torch.Size) -> list[tuple[int, int, Tensor]]:
+        """`shard_rows` with views into `local` (rows [start, start+len) of dim 0): a list of
+        (unit, first unit row, view [rows, b])."""
+        _, b = self.unit_shape(full_shape)
         pieces = []
-        for u in range(start // a, -(-stop // a)):
-            lo, hi = max(start, u * a), min(stop, (u + 1) * a)
-            pieces.append((u, lo - u * a, local[lo - start:hi - start]))
+        for u, lo, hi in self.shard_rows(start, start + local.shape[0], full_shape):
+            if self.kind == "stacked":
+                view = local[u - start]
+            elif self.kind == "col_blocks":
+                view = local[:, u * b:(u + 1) * b]
+            elif self.kind == "whole":
+                view = local
+            else:
+                a = full_shape[0] // self.units
+                view = local[u * a + lo - start:u * a + hi - start]
+            pieces.append((u, lo, view))
         return pieces
 
 
