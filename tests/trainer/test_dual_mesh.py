@@ -1,0 +1,127 @@
+"""One training step of the tiny model under dual-mesh HSDP (+ context parallelism) on real gloo
+ranks equals the same step in one plain process on the same global batch, parameter by parameter.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.trainer.dist import run_gloo
+from trainer.data import local_slice
+from trainer.model import config_from_preset
+from trainer.muon_reference import AdamWConfig, MuonConfig
+from trainer.parallel_dims import ParallelDims
+from trainer.train import OptimizerConfig, build_model, build_optimizer, train_step
+
+SEQ_LEN = 32
+GLOBAL_BATCH = 8
+SEED = 3
+
+# Float32 throughout. The sharded step sums gradients in a different order (reduce-scatter and
+# all-reduce across ranks, attention split over cp ranks), so parameters agree to rounding, not
+# bits. AdamW's first step moves each weight by about lr * sign(grad), so 1e-5 absolute (1% of
+# lr = 1e-3) leaves room for rounding and still catches any wrong gradient, shard or scale.
+PARAM_ATOL = 1e-5
+LOSS_RTOL = 1e-6
+# Gradients (up to ~3e-2 here) agree to ~3e-7 relative, 1e-8 absolute at worst; these bounds are
+# two orders of magnitude above that and far below the error of a wrong scale or a missing term.
+GRAD_ATOL = 1e-7
+GRAD_RTOL = 1e-4
+
+
+def _optimizer_config(name: str) -> OptimizerConfig:
+    return OptimizerConfig(name=name, muon=MuonConfig(lr=0.02, ns_dtype="float32"),
+                           adamw=AdamWConfig(lr=1e-3, weight_decay=0.1))
+
+
+def _global_batch() -> torch.Tensor:
+    generator = torch.Generator().manual_seed(SEED)
+    return torch.randint(0, 259, (GLOBAL_BATCH, SEQ_LEN + 1), generator=generator)
+
+
+def _distributed_step(rank: int, world_size: int, dims: ParallelDims, optimizer_name: str) -> dict[str, object]:
+    from torch.distributed.tensor import Replicate, Shard
+
+    config = config_from_preset("tiny")
+    meshes = dims.build_meshes("cpu")
+    model = build_model(config, seed=SEED, device=torch.device("cpu"), dims=dims, meshes=meshes)
+    optimizer = build_optimizer(_optimizer_config(optimizer_name), model, distributed=True)
+    inputs_BT, targets_BT = local_slice(_global_batch(), dp_rank=meshes.dp_rank, dp=dims.dp,
+                                        cp_rank=meshes.cp_rank, cp=dims.cp)
+    result = train_step(model, optimizer, inputs_BT, targets_BT, global_tokens=GLOBAL_BATCH * SEQ_LEN,
+                        aux_loss_coef=0.0)
+
+    experts_w1 = model.layers[0].moe.experts.w1
+    wq = model.layers[0].attention.wq.weight
+    layout = {
+        "experts_mesh": experts_w1.device_mesh.mesh_dim_names,
+        "experts_placements": experts_w1.placements,
+        "experts_local_shape": tuple(experts_w1.to_local().shape),
+        "dense_mesh": wq.device_mesh.mesh_dim_names,
+        "dense_placements": wq.placements,
+        "attention": type(model.layers[0].attention).__name__,
+    }
+    assert layout["experts_placements"] == (Replicate(), Shard(0))
+    assert layout["dense_placements"] == (Replicate(), Shard(0))
+    params = {name: param.full_tensor() for name, param in model.named_parameters()}
+    grads = {name: param.grad.full_tensor() for name, param in model.named_parameters()}
+    return {"loss": result.loss, "layout": layout, "params": params if rank == 0 else None,
+            "grads": grads if rank == 0 else None}
+
+
+def _single_process_step(optimizer_name: str) -> tuple[float, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    config = config_from_preset("tiny")
+    model = build_model(config, seed=SEED, device=torch.device("cpu"))
+    optimizer = build_optimizer(_optimizer_config(optimizer_name), model, distributed=False)
+    batch_BT = _global_batch()
+    result = train_step(model, optimizer, batch_BT[:, :-1], batch_BT[:, 1:],
+                        global_tokens=GLOBAL_BATCH * SEQ_LEN, aux_loss_coef=0.0)
+    params = {name: param.detach().clone() for name, param in model.named_parameters()}
+    grads = {name: param.grad.clone() for name, param in model.named_parameters()}
+    return result.loss, params, grads
+
+
+def _check_against_single_process(results: list[dict[str, object]], dims: ParallelDims, optimizer_name: str) -> None:
+    reference_loss, reference, reference_grads = _single_process_step(optimizer_name)
+    for result in results:
+        assert result["loss"] == pytest.approx(reference_loss, rel=LOSS_RTOL)
+    layout = results[0]["layout"]
+    assert layout["experts_mesh"] == ("dp_replicate_e", "ep")
+    assert layout["dense_mesh"] == ("dp_replicate", "dp_shard_cp")
+    n_experts = config_from_preset("tiny").n_experts
+    assert layout["experts_local_shape"][0] == n_experts // dims.ep
+    assert layout["attention"] == ("ContextParallelAttention" if dims.cp > 1 else "Attention")
+
+    params, grads = results[0]["params"], results[0]["grads"]
+    assert isinstance(params, dict) and params.keys() == reference.keys()
+    assert isinstance(grads, dict) and grads.keys() == reference.keys()
+    initial = build_model(config_from_preset("tiny"), seed=SEED, device=torch.device("cpu"))
+    for name, initial_param in initial.named_parameters():
+        # Adam and Muon are blind to the scale of a gradient, so gradients are compared on their own.
+        torch.testing.assert_close(grads[name], reference_grads[name], atol=GRAD_ATOL, rtol=GRAD_RTOL, msg=name)
+        # Every parameter moved, and moved to where the single process moved it.
+        assert not torch.equal(reference[name], initial_param.detach()), name
+        torch.testing.assert_close(params[name], reference[name], atol=PARAM_ATOL, rtol=0, msg=name)
+
+
+def test_step_on_4_ranks_matches_single_process() -> None:
+    # Dense shard group of all 4 ranks; experts split over pairs and replicated twice.
+    dims = ParallelDims(dp_replicate=1, dp_shard=2, cp=2, ep=2, world_size=4)
+    results = run_gloo(4, _distributed_step, dims, "adamw")
+    _check_against_single_process(results, dims, "adamw")
+
+
+@pytest.mark.parametrize(
+    "dims",
+    [
+        # HSDP replicas on both meshes.
+        ParallelDims(dp_replicate=2, dp_shard=2, cp=2, ep=4, world_size=8),
+        # The layout of recipes/train/h200x8-cp2-ep8.toml: cp=2 and ep=8 on the same 8 ranks.
+        ParallelDims(dp_replicate=1, dp_shard=4, cp=2, ep=8, world_size=8),
+    ],
+    ids=["r2-s2-cp2-ep4", "s4-cp2-ep8"],
+)
+def test_step_on_8_ranks_matches_single_process(dims: ParallelDims) -> None:
+    results = run_gloo(8, _distributed_step, dims, "adamw")
+    _check_against_single_process(results, dims, "adamw")
