@@ -34,6 +34,7 @@ __all__ = [
     "LrScaling",
     "MuonConfig",
     "MuonWithAdamW",
+    "NS_DTYPES",
     "RoutingRule",
     "adamw_update",
     "build_muon_adamw",
@@ -46,7 +47,8 @@ KELLER_COEFFICIENTS: tuple[float, float, float] = (3.4445, -4.7750, 2.0315)
 """Quintic coefficients that maximize the slope at zero (Keller Jordan's Muon, also torch's default)."""
 
 LrScaling = Literal["spectral", "match_rms_adamw", "none"]
-_NS_DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+NS_DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+"""MuonConfig.ns_dtype names -> dtypes."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -87,8 +89,8 @@ class MuonConfig:
             raise ValueError(f"ns_steps must be in [1, 100), got {self.ns_steps}")
         if self.eps <= 0:
             raise ValueError(f"eps must be > 0, got {self.eps}")
-        if self.ns_dtype not in _NS_DTYPES:
-            raise ValueError(f"ns_dtype must be one of {sorted(_NS_DTYPES)}, got {self.ns_dtype!r}")
+        if self.ns_dtype not in NS_DTYPES:
+            raise ValueError(f"ns_dtype must be one of {sorted(NS_DTYPES)}, got {self.ns_dtype!r}")
         if self.lr_scaling not in ("spectral", "match_rms_adamw", "none"):
             raise ValueError(f"lr_scaling must be spectral, match_rms_adamw or none, got {self.lr_scaling!r}")
 
@@ -308,7 +310,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
             layout = self.layouts[name]
             ortho_Nab = torch.stack([
                 newton_schulz(unit_ab[None], coefficients=group["ns_coefficients"], steps=group["ns_steps"],
-                              eps=group["eps"], dtype=_NS_DTYPES[group["ns_dtype"]])[0]
+                              eps=group["eps"], dtype=NS_DTYPES[group["ns_dtype"]])[0]
                 for unit_ab in layout.split(update)
             ])
             scale = lr_scale(layout.unit_shape(param.shape), group["lr_scaling"])
