@@ -25,7 +25,6 @@ from trainer.model import MatrixLayout, ModelConfig, Transformer
 from trainer.muon_reference import DEFAULT_ROUTING, AdamWConfig, MuonConfig, RoutingRule, build_muon_adamw
 from trainer.sharded_muon import (
     ShardedMuonWithAdamW,
-    _describe,
     _Matrix,
     _plan_buckets,
     build_sharded_muon_adamw,
@@ -61,7 +60,7 @@ def _loss(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 def _train_both(rank: int, world_size: int, mesh_kind: str, ns_dtype: str, bucket_bytes: int) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor import Shard, distribute_tensor
 
     muon, adamw = MuonConfig(lr=0.02, ns_dtype=ns_dtype), AdamWConfig(lr=3e-3)  # type: ignore[arg-type]
     reference = Transformer(ModelConfig(**CONFIG))
@@ -80,6 +79,12 @@ def _train_both(rank: int, world_size: int, mesh_kind: str, ns_dtype: str, bucke
         fully_shard(layer, mesh=dense)
     fully_shard(model, mesh=dense)
     model.init_weights(seed=SEED)  # on the DTensor shards
+
+    # Column sharding (Shard(1), as tensor parallelism would do) cuts every row: not supported.
+    column_sharded = distribute_tensor(torch.zeros(4, 6), experts, [Shard(1)]).requires_grad_()
+    with pytest.raises(ValueError, match=r"needs Shard\(0\)"):
+        ShardedMuonWithAdamW([("w", column_sharded)], layouts={"w": MatrixLayout(kind="whole", units=1)},
+                             routing=[RoutingRule(pattern="", algorithm="muon")])
     optimizer = build_sharded_muon_adamw(model, muon=muon, adamw=adamw, routing=ROUTING,
                                          bucket_bytes=bucket_bytes, buckets_in_flight=2)
     initial = {name: p.full_tensor() for name, p in model.named_parameters()}
@@ -156,15 +161,15 @@ def test_unsharded_parameters_take_the_local_path() -> None:
 
 
 def _plans_for_every_rank(full_shape: tuple[int, ...], layout: MatrixLayout, size: int, bucket_bytes: int) -> list:
-    """The bucket plans that each of `size` ranks would make, computed without processes."""
+    """The bucket plans that each of `size` ranks would make for two such matrices, computed without
+    processes (planning needs only shapes and ranks)."""
+    rows, chunk = full_shape[0], -(-full_shape[0] // size)
+    bounds = tuple((min(r * chunk, rows), min((r + 1) * chunk, rows)) for r in range(size))
     plans = []
     for rank in range(size):
-        matrix = _describe("w", torch.zeros(full_shape), layout)
-        rows, chunk = full_shape[0], -(-full_shape[0] // size)
-        bounds = tuple((min(r * chunk, rows), min((r + 1) * chunk, rows)) for r in range(size))
-        fake_rank = _Matrix(name=matrix.name, param=matrix.param, layout=layout, full_shape=matrix.full_shape,
-                            group=None, group_rank=rank, bounds=bounds)
-        plans.append(_plan_buckets([fake_rank, fake_rank], bucket_bytes=bucket_bytes, element_size=2, steps=5))
+        matrix = _Matrix(name="w", param=torch.zeros(0), layout=layout, full_shape=torch.Size(full_shape),
+                         group=None, group_rank=rank, bounds=bounds)
+        plans.append(_plan_buckets([matrix, matrix], bucket_bytes=bucket_bytes, element_size=2, steps=5))
     return plans
 
 
@@ -192,6 +197,8 @@ def test_exchange_plans_agree_across_ranks_and_balance_owners(full_shape: tuple[
     assert max(counts) - min(counts) <= 1, counts
 
 
-def test_rejects_unsupported_placements() -> None:
+def test_rejects_bad_settings() -> None:
     with pytest.raises(ValueError, match="bucket_bytes"):
         ShardedMuonWithAdamW([], layouts={}, bucket_bytes=0)
+    with pytest.raises(ValueError, match="buckets_in_flight"):
+        ShardedMuonWithAdamW([], layouts={}, buckets_in_flight=0)
