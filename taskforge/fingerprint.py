@@ -1,0 +1,535 @@
+"""Fingerprint the code a task removed, so the leak audit can find copies of it left behind.
+
+:func:`build_fingerprint` diffs every changed file (the removed feature and the hidden tests)
+between the original (``before``) and the start state (``after``) and keeps what would prove a
+copy of the original survived: n-gram hashes of the removed tokens, the signatures, names,
+docstrings and string constants of the symbols that vanished, the names a hollowed body used
+(found again in bytecode), and the hidden test ids. :mod:`taskforge.audit_scan` looks for them;
+the tokenizer, the hash and the matchers live there, so both sides agree.
+
+The audit must report nothing on a clean task, so a fingerprint holds nothing an agent may
+legitimately see, and little an unrelated project is likely to contain:
+
+* nothing that still appears in ``visible`` (the clean start state): a ``body`` task keeps its
+  signature and docstring on purpose, so they are no evidence; neither is a constant or a name
+  that the start state still uses somewhere. As a last step the audit's own matchers run over the
+  start state (its text, and its bytecode where it holds a fingerprint word) and every item they
+  find there is dropped, so the two sides cannot disagree about what is visible.
+* no name, signature or constant that the Python standard library also uses (``close``,
+  ``"Content-Type"``): a third-party package in the sandbox could use it just as well.
+* nothing too small to tell apart: constants under six characters, docstrings under 24, items
+  without a word of five characters or more (the audit's prefilter needs one), n-grams that hold
+  only keywords, operators and common names.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import difflib
+import os
+import re
+import sysconfig
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import PurePosixPath
+from types import CodeType
+from typing import Any
+
+from taskforge.audit_scan import (
+    MIN_WORD,
+    anchor_word,
+    iter_tokens,
+    ngram_hashes,
+    normalize_docstring,
+    parse_signature,
+    residual_evidence,
+    test_id_patterns,
+    token_words,
+)
+
+__all__ = ["DEFAULT_NGRAM", "STRATEGIES", "Fingerprint", "build_fingerprint"]
+
+DEFAULT_NGRAM = 12
+"""Twelve normalized tokens (about one and a half lines of code): long enough that an unrelated
+package does not share one by chance once the start state's n-grams are out, short enough that a
+five-line body yields a dozen."""
+MIN_NGRAM = 4
+MIN_CONSTANT = 6
+MIN_DOCSTRING = 24
+DOCSTRING_CHARS = 160
+"""Docstrings are cut to their first 160 characters: rendered docs keep the opening sentences
+verbatim more often than the reST-heavy rest."""
+MIN_BODY_NAMES = 3
+STRATEGIES = ("body", "symbol", "module")
+_PYTHON_SUFFIXES = (".py", ".pyi")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(kw_only=True, slots=True)
+class Fingerprint:
+    """What a copy of one task's removed code would contain, and its start state does not."""
+
+    ngrams: list[int] = field(default_factory=list)
+    """Hashes (:func:`taskforge.audit_scan.ngram_hashes`) of token n-grams of the removed lines."""
+    signatures: list[str] = field(default_factory=list)
+    """``def name(a, *, b=...)`` of every removed function no longer in the start state."""
+    names: list[str] = field(default_factory=list)
+    """Removed names absent from the start state: bare (``parse``) and dotted (``pkg.mod.parse``,
+    and ``pkg.mod`` for a removed module)."""
+    constants: list[str] = field(default_factory=list)
+    """Non-trivial string constants of the removed code."""
+    docstrings: list[str] = field(default_factory=list)
+    """Docstrings of removed symbols and modules, whitespace collapsed (symbol and module tasks)."""
+    test_ids: list[str] = field(default_factory=list)
+    """Hidden test node ids (FAIL_TO_PASS): found in ``.pytest_cache`` or coverage contexts."""
+    n: int = DEFAULT_NGRAM
+    """The n-gram size."""
+    anchors: list[str] = field(default_factory=list)
+    """Words the audit's prefilter looks for: every n-gram holds at least one."""
+    bodies: dict[str, list[str]] = field(default_factory=dict)
+    """Hollowed function (qualname) -> the names its removed body used (body tasks): its bytecode
+    lists them, the start state's ``raise NotImplementedError`` does not."""
+
+    def __post_init__(self) -> None:
+        if self.n < MIN_NGRAM:
+            raise ValueError(f"n must be at least {MIN_NGRAM}, got {self.n}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "ngrams": list(self.ngrams),
+            "anchors": list(self.anchors),
+            "signatures": list(self.signatures),
+            "names": list(self.names),
+            "constants": list(self.constants),
+            "docstrings": list(self.docstrings),
+            "test_ids": list(self.test_ids),
+            "bodies": {qualname: list(names) for qualname, names in self.bodies.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Fingerprint:
+        return cls(
+            n=int(data["n"]),
+            ngrams=[int(h) for h in data.get("ngrams", ())],
+            anchors=[str(w) for w in data.get("anchors", ())],
+            signatures=[str(s) for s in data.get("signatures", ())],
+            names=[str(s) for s in data.get("names", ())],
+            constants=[str(s) for s in data.get("constants", ())],
+            docstrings=[str(s) for s in data.get("docstrings", ())],
+            test_ids=[str(s) for s in data.get("test_ids", ())],
+            bodies={str(q): [str(n) for n in ns] for q, ns in dict(data.get("bodies", {})).items()},
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# What one changed file lost
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True)
+class _FileLoss:
+    token_runs: list[list[str]] = field(default_factory=list)
+    """Runs of consecutive tokens that lie on removed lines."""
+    names: list[str] = field(default_factory=list)
+    dotted: list[str] = field(default_factory=list)
+    signatures: list[str] = field(default_factory=list)
+    constants: list[str] = field(default_factory=list)
+    docstrings: list[str] = field(default_factory=list)
+    bodies: dict[str, set[str]] = field(default_factory=dict)
+
+
+def _removed_lines(before: str, after: str) -> set[int]:
+    """1-based numbers of the lines of ``before`` that ``after`` deleted or replaced."""
+    matcher = difflib.SequenceMatcher(
+        None, before.splitlines(keepends=True), after.splitlines(keepends=True), autojunk=False
+    )
+    removed: set[int] = set()
+    for tag, i1, i2, _, _ in matcher.get_opcodes():
+        if tag in ("delete", "replace"):
+            removed.update(range(i1 + 1, i2 + 1))
+    return removed
+
+
+def _token_runs(text: str, removed: set[int]) -> list[list[str]]:
+    # Tokenize the whole file, not the removed hunks alone: a hunk may start inside a string.
+    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    runs: list[list[str]] = []
+    current: list[str] = []
+    for offset, token in iter_tokens(text):
+        if bisect.bisect_right(line_starts, offset) in removed:
+            current.append(token)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return runs
+
+
+def _module_name(path: str, known: set[str]) -> str | None:
+    """``src/pkg/mod.py`` -> ``pkg.mod``: climb while the parent folder is a package."""
+    pure = PurePosixPath(path)
+    if pure.suffix not in _PYTHON_SUFFIXES:
+        return None
+    parts = [] if pure.stem == "__init__" else [pure.stem]
+    parent = pure.parent
+    while parent != PurePosixPath(".") and any(str(parent / f"__init__{s}") in known for s in _PYTHON_SUFFIXES):
+        parts.insert(0, parent.name)
+        parent = parent.parent
+    return ".".join(parts) or None
+
+
+def _definitions(tree: ast.Module) -> dict[str, ast.AST]:
+    """qualname -> node of every function and class at module level and inside classes."""
+    found: dict[str, ast.AST] = {}
+    stack: list[tuple[str, list[ast.stmt]]] = [("", tree.body)]
+    while stack:
+        prefix, body = stack.pop()
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qualname = prefix + node.name
+                found[qualname] = node
+                if isinstance(node, ast.ClassDef):
+                    stack.append((qualname + ".", node.body))
+            elif isinstance(node, (ast.If, ast.Try)):
+                # Definitions under ``if TYPE_CHECKING:`` or ``try: ... except ImportError:``.
+                stack.append((prefix, [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]))
+    return found
+
+
+def _parse(text: str | None) -> ast.Module | None:
+    if text is None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _docstring_nodes(tree: ast.Module) -> set[int]:
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                ids.add(id(first.value))
+    return ids
+
+
+def _format_signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    first_default = len(positional) - len(args.defaults)
+    parts = []
+    for i, arg in enumerate(positional):
+        parts.append(arg.arg + ("=..." if i >= first_default else ""))
+        if args.posonlyargs and i == len(args.posonlyargs) - 1:
+            parts.append("/")
+    if args.vararg is not None:
+        parts.append("*" + args.vararg.arg)
+    elif args.kwonlyargs:
+        parts.append("*")
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+        parts.append(arg.arg + ("=..." if default is not None else ""))
+    if args.kwarg is not None:
+        parts.append("**" + args.kwarg.arg)
+    keyword = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
+    return f"{keyword} {node.name}({', '.join(parts)})"
+
+
+def _is_hollow(node: ast.AST) -> bool:
+    """A body that is (a docstring and) ``raise NotImplementedError`` only."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    body = _without_docstring(node.body)
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    exc = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        return body[1:]
+    return body
+
+
+def _body_names(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Names the body uses that its bytecode keeps (co_names, co_varnames, nested code names)."""
+    names: set[str] = set()
+    for statement in _without_docstring(node.body):
+        for sub in ast.walk(statement):
+            if isinstance(sub, ast.Name):
+                names.add(sub.id)
+            elif isinstance(sub, ast.Attribute):
+                names.add(sub.attr)
+            elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(sub.name)
+            elif isinstance(sub, ast.arg):
+                names.add(sub.arg)
+            elif isinstance(sub, ast.alias):
+                names.add(sub.asname or sub.name.split(".")[0])
+            elif isinstance(sub, ast.ExceptHandler) and sub.name:
+                names.add(sub.name)
+    params = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+    params.update(a.arg for a in (node.args.vararg, node.args.kwarg) if a is not None)
+    return names - params - {"NotImplementedError"}
+
+
+def _plain_string(value: str) -> bool:
+    # Escapes differ between a literal in source and its value in bytecode; keep those that agree.
+    return "\\" not in value and all(ch >= " " or ch == "\t" for ch in value)
+
+
+def _file_loss(path: str, before: str, after: str | None, *, strategy: str, known: set[str]) -> _FileLoss:
+    removed = _removed_lines(before, after or "")
+    loss = _FileLoss(token_runs=_token_runs(before, removed))
+    tree_before = _parse(before) if path.endswith(_PYTHON_SUFFIXES) else None
+    if tree_before is None:
+        return loss
+    tree_after = _parse(after)
+    defs_before = _definitions(tree_before)
+    defs_after = _definitions(tree_after) if tree_after is not None else {}
+    module = _module_name(path, known)
+    docstring_ids = _docstring_nodes(tree_before)
+
+    for qualname, node in defs_before.items():
+        if qualname in defs_after:
+            after_node = defs_after[qualname]
+            if _is_hollow(after_node) and not _is_hollow(node):
+                assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                loss.bodies[qualname] = _body_names(node)
+            continue
+        name = qualname.rsplit(".", 1)[-1]
+        loss.names.append(name)
+        if module:
+            loss.dotted.append(f"{module}.{qualname}")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            loss.signatures.append(_format_signature(node))
+        if strategy != "body" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            docstring = ast.get_docstring(node, clean=True)
+            if docstring:
+                loss.docstrings.append(docstring)
+    if after is None and module and "." in module:
+        loss.dotted.append(module)
+        if strategy != "body":
+            docstring = ast.get_docstring(tree_before, clean=True)
+            if docstring:
+                loss.docstrings.append(docstring)
+    for node in ast.walk(tree_before):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstring_ids
+                and getattr(node, "lineno", 0) in removed):
+            loss.constants.append(node.value)
+    return loss
+
+
+# ---------------------------------------------------------------------------------------------
+# What the start state shows
+# ---------------------------------------------------------------------------------------------
+
+
+class _StartState:
+    """The visible files, with the lookups the filters need (each computed once)."""
+
+    def __init__(self, visible: Mapping[str, str], candidate_words: set[str]) -> None:
+        self.files = visible
+        self.identifiers: set[str] = set()
+        self.document_frequency: dict[str, int] = {}
+        for text in visible.values():
+            words = set(_IDENTIFIER.findall(text))
+            self.identifiers.update(words)
+            for word in words & candidate_words:
+                self.document_frequency[word] = self.document_frequency.get(word, 0) + 1
+        self._collapsed: list[str] | None = None
+
+    def contains(self, text: str) -> bool:
+        return any(text in content for content in self.files.values())
+
+    def contains_collapsed(self, text: str) -> bool:
+        if self._collapsed is None:
+            self._collapsed = [normalize_docstring(content) for content in self.files.values()]
+        return any(text in content for content in self._collapsed)
+
+
+@lru_cache(maxsize=1)
+def _stdlib_vocabulary() -> tuple[frozenset[str], frozenset[str]]:
+    """(identifiers, short string literals) of the standard library's sources: what is common."""
+    root = sysconfig.get_paths()["stdlib"]
+    skip = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"}
+    identifiers: set[str] = set()
+    literals: set[str] = set()
+    literal = re.compile(r"""'([^'\\\n]{1,80})'|"([^"\\\n]{1,80})\"""")
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [s for s in subfolders if s not in skip]
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as handle:
+                    text = handle.read()
+            except OSError:
+                continue
+            identifiers.update(_IDENTIFIER.findall(text))
+            for single, double in literal.findall(text):
+                literals.add(single or double)
+    return frozenset(identifiers), frozenset(literals)
+
+
+def _cut_docstring(docstring: str) -> str:
+    text = normalize_docstring(docstring)
+    if len(text) <= DOCSTRING_CHARS:
+        return text
+    return text[:DOCSTRING_CHARS].rsplit(" ", 1)[0]
+
+
+def _anchor_rank(state: _StartState, common: frozenset[str]) -> Any:
+    # Rarest first: absent from the start state, then not a stdlib name, then longest.
+    return lambda word: (state.document_frequency.get(word, 0), word in common, -len(word), word)
+
+
+def _test_still_visible(node_id: str, visible: Mapping[str, str]) -> bool:
+    path, _, rest = node_id.split("[", 1)[0].partition("::")
+    function = rest.rsplit("::", 1)[-1]
+    text = visible.get(path)
+    return bool(function) and text is not None and re.search(rf"\bdef\s+{re.escape(function)}\b", text) is not None
+
+
+def _visible_code(visible: Mapping[str, str], words: set[str]) -> Iterable[CodeType]:
+    """Bytecode of the start state's Python files that hold a fingerprint word (the audit will
+    see their ``.pyc``)."""
+    for path, text in visible.items():
+        if not path.endswith(".py") or words.isdisjoint(_IDENTIFIER.findall(text)):
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                yield compile(text, path, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError):
+            continue
+
+
+def build_fingerprint(
+    *,
+    before: Mapping[str, str],
+    after: Mapping[str, str | None],
+    visible: Mapping[str, str],
+    strategy: str,
+    test_ids: Sequence[str] = (),
+    n: int = DEFAULT_NGRAM,
+) -> Fingerprint:
+    """The fingerprint of what the task removed.
+
+    ``before``: repository path -> original text of every file the task changed (source and hidden
+    tests). ``after``: the same paths -> start-state text, None for a deleted file (a missing path
+    counts as deleted). ``visible``: every text file of the clean start state. ``strategy``: the
+    removal strategy (``body``, ``symbol``, ``module``). ``test_ids``: the hidden FAIL_TO_PASS ids.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if n < MIN_NGRAM:
+        raise ValueError(f"n must be at least {MIN_NGRAM}, got {n}")
+    known = set(before) | set(visible)
+    losses = [
+        _file_loss(path, before[path], after.get(path), strategy=strategy, known=known)
+        for path in sorted(before)
+        if before[path] != after.get(path)
+    ]
+
+    # Candidate n-grams with the words that could anchor each.
+    windows: dict[int, set[str]] = {}
+    for loss in losses:
+        for run in loss.token_runs:
+            for start, h in enumerate(ngram_hashes(run, n)):
+                words = {w for token in run[start:start + n] for w in token_words(token)}
+                windows.setdefault(h, set()).update(words)
+    candidate_words = {w for words in windows.values() for w in words}
+    state = _StartState(visible, candidate_words)
+    common_identifiers, common_literals = _stdlib_vocabulary()
+
+    rank = _anchor_rank(state, common_identifiers)
+    ngrams: dict[int, str] = {}
+    for h, words in windows.items():
+        if words:
+            ngrams[h] = min(words, key=rank)
+
+    names: set[str] = set()
+    dotted: set[str] = set()
+    signatures: set[str] = set()
+    constants: set[str] = set()
+    docstrings: set[str] = set()
+    bodies: dict[str, set[str]] = {}
+    for loss in losses:
+        for name in loss.names:
+            if len(name) >= MIN_WORD and name not in state.identifiers and name not in common_identifiers:
+                names.add(name)
+        for name in loss.dotted:
+            path_form = "/".join(name.split(".")) + ".py"
+            if anchor_word(name) and not state.contains(name) and not state.contains(path_form):
+                dotted.add(name)
+        for signature in loss.signatures:
+            parsed = parse_signature(signature)
+            if parsed is not None and parsed[0] not in common_identifiers and anchor_word(signature):
+                signatures.add(signature)
+        for value in loss.constants:
+            text = value.strip()
+            if (len(text) >= MIN_CONSTANT and _plain_string(value) and anchor_word(value)
+                    and value not in common_literals and value not in common_identifiers
+                    and not state.contains(value)):
+                constants.add(value)
+        for docstring in loss.docstrings:
+            text = _cut_docstring(docstring)
+            if (len(text) >= MIN_DOCSTRING and len(text.split()) >= 4 and anchor_word(text)
+                    and not state.contains_collapsed(text)):
+                docstrings.add(text)
+        for qualname, used in loss.bodies.items():
+            if len(used) >= MIN_BODY_NAMES:
+                bodies[qualname] = used
+    tests = sorted(
+        t for t in set(test_ids)
+        if not _test_still_visible(t, visible) and anchor_word(test_id_patterns(t)[0].rsplit("::", 1)[-1])
+    )
+
+    fingerprint = Fingerprint(
+        n=n,
+        ngrams=sorted(ngrams),
+        anchors=sorted(set(ngrams.values())),
+        signatures=sorted(signatures),
+        names=sorted(names | dotted),
+        constants=sorted(constants),
+        docstrings=sorted(docstrings),
+        test_ids=tests,
+        bodies={q: sorted(used) for q, used in sorted(bodies.items())},
+    )
+    return _without_visible(fingerprint, visible, ngrams)
+
+
+def _without_visible(fingerprint: Fingerprint, visible: Mapping[str, str], anchors: Mapping[int, str]) -> Fingerprint:
+    """Drop every item the audit's own matchers find in the start state (see the module doc)."""
+    words = set(fingerprint.anchors)
+    words.update(w for item in (*fingerprint.names, *fingerprint.signatures, *fingerprint.constants)
+                 if (w := anchor_word(item)) is not None)
+    words.update(q.rsplit(".", 1)[-1] for q in fingerprint.bodies)
+    found = residual_evidence(fingerprint.to_json(), visible.values(), _visible_code(visible, words))
+    gone_paths = found.get("path", set())
+    gone_names = found.get("name", set())
+    ngrams = [h for h in fingerprint.ngrams if h not in found.get("ngram", set())]
+    return Fingerprint(
+        n=fingerprint.n,
+        ngrams=ngrams,
+        anchors=sorted({anchors[h] for h in ngrams}),
+        signatures=[s for s in fingerprint.signatures if s not in found.get("signature", set())],
+        names=[
+            name for name in fingerprint.names
+            if name not in gone_names and "/".join(name.split(".")) + ".py" not in gone_paths
+        ],
+        constants=[c for c in fingerprint.constants if c not in found.get("constant", set())],
+        docstrings=[d for d in fingerprint.docstrings if d not in found.get("docstring", set())],
+        test_ids=[t for t in fingerprint.test_ids if t not in found.get("test_id", set())],
+        bodies={q: ns for q, ns in fingerprint.bodies.items() if q not in found.get("body", set())},
+    )
