@@ -152,15 +152,21 @@ def _plan_buckets(matrices: list[_Matrix], *, bucket_bytes: int, element_size: i
         buckets.extend(_Bucket(group=groups[group_id], unit_shape=(a, b), units=units[i:i + per_bucket])
                        for i in range(0, len(units), per_bucket))
 
-    # Owners: longest-processing-time-first greedy per process group; every rank computes the same.
+    # Owners: longest-processing-time-first greedy per process group, so Newton-Schulz work is
+    # balanced; among the least-loaded ranks, the one holding most of the unit's rows wins, so a unit
+    # that already lies on one rank (an expert, a head that a shard does not cut) rarely moves.
+    # Every rank computes the same owners from shapes alone.
     loads: dict[int, list[int]] = {}
     for bucket in sorted(buckets, key=lambda bk: -newton_schulz_flops(bk.unit_shape, steps)):
-        first = matrices[bucket.units[0][0]]
-        load = loads.setdefault(id(bucket.group), [0] * len(first.bounds))
+        size = len(matrices[bucket.units[0][0]].bounds)
+        load = loads.setdefault(id(bucket.group), [0] * size)
         cost = newton_schulz_flops(bucket.unit_shape, steps)
-        for _ in bucket.units:
-            owner = min(range(len(load)), key=load.__getitem__)
-            bucket.owners.append(owner)
+        held = [_rows_held_by_rank(matrices[m], u) for m, u in bucket.units]
+        bucket.owners = [0] * len(bucket.units)
+        for i in _round_robin_over_holders(held):
+            least = min(load)
+            owner = max((r for r in range(size) if load[r] == least), key=lambda r: (held[i][r], -r))
+            bucket.owners[i] = owner
             load[owner] += cost
 
     for bucket in buckets:
@@ -168,24 +174,46 @@ def _plan_buckets(matrices: list[_Matrix], *, bucket_bytes: int, element_size: i
     return buckets
 
 
+def _unit_rows(matrix: _Matrix, rank: int, unit: int) -> tuple[int, int] | None:
+    """The rows [lo, hi) of `unit` that `rank` holds (one contiguous range, see
+    MatrixLayout.shard_rows), or None."""
+    start, stop = matrix.bounds[rank]
+    for u, lo, hi in matrix.layout.shard_rows(start, stop, matrix.full_shape):
+        if u == unit:
+            return lo, hi
+    return None
+
+
+def _rows_held_by_rank(matrix: _Matrix, unit: int) -> list[int]:
+    """How many rows of `unit` each rank of the matrix's group holds."""
+    held = []
+    for rank in range(len(matrix.bounds)):
+        rows = _unit_rows(matrix, rank, unit)
+        held.append(rows[1] - rows[0] if rows else 0)
+    return held
+
+
+def _round_robin_over_holders(held: list[list[int]]) -> list[int]:
+    """Unit indices ordered so that the ranks holding most of each unit take turns (first unit of
+    every holder, then the second of every holder, ...): the greedy then gives each rank its own."""
+    seen: dict[int, int] = {}
+    keys = []
+    for i, rows in enumerate(held):
+        holder = max(range(len(rows)), key=lambda r: (rows[r], -r))
+        keys.append((seen.get(holder, 0), holder, i))
+        seen[holder] = seen.get(holder, 0) + 1
+    return [i for _, _, i in sorted(keys)]
+
+
 def _plan_exchange(bucket: _Bucket, matrices: list[_Matrix]) -> None:
     first = matrices[bucket.units[0][0]]
     size, me = len(first.bounds), first.group_rank
     b = bucket.unit_shape[1]
 
-    def rows_held(rank: int, matrix_index: int, unit: int) -> tuple[int, int] | None:
-        matrix = matrices[matrix_index]
-        start, stop = matrix.bounds[rank]
-        # A rank's rows of one unit form one contiguous range (MatrixLayout.shard_rows).
-        for u, lo, hi in matrix.layout.shard_rows(start, stop, matrix.full_shape):
-            if u == unit:
-                return lo, hi
-        return None
-
     for owner in range(size):
         sent = 0
         for (matrix_index, unit), unit_owner in zip(bucket.units, bucket.owners):
-            held = rows_held(me, matrix_index, unit) if unit_owner == owner else None
+            held = _unit_rows(matrices[matrix_index], me, unit) if unit_owner == owner else None
             if held is not None:
                 bucket.outgoing.append((matrix_index, unit))
                 sent += (held[1] - held[0]) * b
@@ -196,7 +224,7 @@ def _plan_exchange(bucket: _Bucket, matrices: list[_Matrix]) -> None:
     for source in range(size):
         received = 0
         for slot, (matrix_index, unit) in enumerate(mu for _, mu in mine):
-            held = rows_held(source, matrix_index, unit)
+            held = _unit_rows(matrices[matrix_index], source, unit)
             if held is not None:
                 bucket.incoming.append((slot, *held))
                 received += (held[1] - held[0]) * b

@@ -197,6 +197,19 @@ def test_exchange_plans_agree_across_ranks_and_balance_owners(full_shape: tuple[
     assert max(counts) - min(counts) <= 1, counts
 
 
+@pytest.mark.parametrize(
+    ("full_shape", "layout"),
+    [((8, 40, 48), MatrixLayout(kind="stacked", units=8)),  # two whole experts per rank
+     ((64, 48), MatrixLayout(kind="row_blocks", units=4))],  # one whole head per rank
+)
+def test_units_that_lie_on_one_rank_stay_there(full_shape: tuple[int, ...], layout: MatrixLayout) -> None:
+    size = 4
+    for rank, buckets in enumerate(_plans_for_every_rank(full_shape, layout, size, bucket_bytes=2**20)):
+        for bucket in buckets:
+            assert [split for r, split in enumerate(bucket.outgoing_splits) if r != rank] == [0] * (size - 1)
+            assert [split for r, split in enumerate(bucket.incoming_splits) if r != rank] == [0] * (size - 1)
+
+
 def test_rejects_bad_settings() -> None:
     with pytest.raises(ValueError, match="bucket_bytes"):
         ShardedMuonWithAdamW([], layouts={}, bucket_bytes=0)
