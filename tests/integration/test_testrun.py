@@ -162,3 +162,25 @@ def test_cli_json_and_summary(tricky, session_cache: Path) -> None:  # type: ign
     assert "30 tests" in proc.stdout
     assert "flaky: " in proc.stdout
     assert "test_flaky_hash[" in proc.stdout
+
+
+def test_warm_runs_never_reuse_stale_bytecode(tricky, backend) -> None:  # type: ignore[no-untyped-def]
+    """A warm container keeps compiled modules across runs; a same-size edit in the same second
+    must still be seen, in the package and in a (assertion-rewritten) test module alike."""
+    from taskforge.testrun import SuiteRunner
+
+    snapshot, env = tricky
+    fails = "tests/test_tricky.py::TestGroup::test_fails"  # asserts double(1) == 3
+    states = [
+        ({}, "failed"),
+        ({"src/tricky/__init__.py": "def double(x):\n    return x * 3\n"}, "passed"),
+        ({"src/tricky/__init__.py": "def double(x):\n    return x * 4\n"}, "failed"),
+        ({"src/tricky/__init__.py": "def double(x):\n    return x + 2\n"}, "passed"),
+        ({}, "failed"),
+        ({"tests/test_tricky.py": TRICKY.replace("double(1) == 3", "double(1) == 2")}, "passed"),
+        ({"tests/test_tricky.py": TRICKY.replace("double(1) == 3", "double(1) == 5")}, "failed"),
+    ]
+    with SuiteRunner(snapshot, env, backend=backend) as runner:
+        seen = [runner.run(changes=changes, select=[fails]).results[fails].outcome for changes, _ in states]
+        assert runner.containers_started == 1
+    assert seen == [expected for _, expected in states]
