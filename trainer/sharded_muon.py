@@ -243,7 +243,7 @@ class ShardedMuonWithAdamW(MuonWithAdamW):
         muon: MuonConfig | None = None,
         adamw: AdamWConfig | None = None,
         routing: Sequence[RoutingRule] = DEFAULT_ROUTING,
-        bucket_bytes: int = 64 * 2**20,
+        bucket_bytes: int = 16 * 2**20,
         buckets_in_flight: int = 2,
     ) -> None:
         if bucket_bytes < 1:
@@ -373,7 +373,7 @@ def build_sharded_muon_adamw(
     muon: MuonConfig | None = None,
     adamw: AdamWConfig | None = None,
     routing: Sequence[RoutingRule] = DEFAULT_ROUTING,
-    bucket_bytes: int = 64 * 2**20,
+    bucket_bytes: int = 16 * 2**20,
     buckets_in_flight: int = 2,
 ) -> ShardedMuonWithAdamW:
     """The sharded optimizer for a `trainer.model.Transformer`, after (or without) `fully_shard`."""

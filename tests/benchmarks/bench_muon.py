@@ -1,13 +1,14 @@
 """Benchmark: sharded Muon against the redundant way of running Muon on an FSDP2 model.
 
-    python -m tests.benchmarks.bench_muon [--steps 10] [--no-moe] [--out bench-muon.json]
+    python -m tests.benchmarks.bench_muon [--steps 10] [--bucket-kib 1024] [--no-moe] [--out bench-muon.json]
 
 Four gloo ranks on the CPU, one thread each. Two models, each wrapped with `fully_shard`:
 - "matrices": 16 bias-free linear layers with 256 x 512 weights (every weight one whole Muon unit);
 - "moe" (unless --no-moe): a small MoE transformer whose attention (per head) and stacked experts
   (per expert) go to Muon.
 For each, two optimizers step the same FSDP2 parameters with the same gradients:
-- sharded: `trainer.sharded_muon.ShardedMuonWithAdamW` (each unit orthogonalized once, by its owner);
+- sharded: `trainer.sharded_muon.ShardedMuonWithAdamW` (each unit orthogonalized once, by its owner),
+  with buckets of --bucket-kib (1 MiB: four 256 x 512 bf16 matrices, so four buckets pipeline);
 - redundant: every rank all-gathers each full gradient and parameter (`full_tensor()`), steps an
   unsharded optimizer over full copies (`torch.optim.Muon` for "matrices", `muon_reference` for
   "moe", since torch's Muon takes only 2-D matrices), and copies its own rows back. This is what
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -79,7 +81,7 @@ def _timed(step: Callable[[], None], steps: int) -> list[float]:
     return times
 
 
-def _bench_rank(rank: int, world_size: int, model_kind: str, steps: int) -> dict[str, Any]:
+def _bench_rank(rank: int, world_size: int, model_kind: str, steps: int, bucket_bytes: int) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -122,7 +124,7 @@ def _bench_rank(rank: int, world_size: int, model_kind: str, steps: int) -> dict
         p.grad = distribute_tensor(full_grad, p.device_mesh, p.placements, src_data_rank=None)
     start = {name: p.to_local().clone() for name, p in named}
 
-    sharded = ShardedMuonWithAdamW(named, layouts=layouts, muon=muon, routing=routing)
+    sharded = ShardedMuonWithAdamW(named, layouts=layouts, muon=muon, routing=routing, bucket_bytes=bucket_bytes)
     sharded_times = _timed(sharded.step, steps)
     sharded_final = {name: p.full_tensor() for name, p in named}
 
@@ -139,16 +141,19 @@ def _bench_rank(rank: int, world_size: int, model_kind: str, steps: int) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--bucket-kib", type=int, default=1024)
     parser.add_argument("--no-moe", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("bench-muon.json"))
     args = parser.parse_args()
 
     report: dict[str, Any] = {"world_size": WORLD_SIZE, "threads_per_rank": 1, "steps": args.steps,
+                              "bucket_kib": args.bucket_kib, "cpu_count": os.cpu_count(),
                               "torch": torch.__version__, "models": {}}
-    print(f"{WORLD_SIZE} gloo ranks, 1 thread each, median of {args.steps} optimizer steps (slowest rank)")
+    print(f"{WORLD_SIZE} gloo ranks, 1 thread each, {os.cpu_count()} cores, median of {args.steps} optimizer steps "
+          f"(slowest rank), buckets of {args.bucket_kib} KiB")
     print(f"{'model':<10}{'params':>8}{'sharded ms':>12}{'redundant ms':>14}{'ratio':>8}{'max |diff|':>12}")
     for kind in ["matrices"] + ([] if args.no_moe else ["moe"]):
-        result = run_gloo(WORLD_SIZE, _bench_rank, kind, args.steps)[0]
+        result = run_gloo(WORLD_SIZE, _bench_rank, kind, args.steps, args.bucket_kib * 1024)[0]
         sharded, redundant = statistics.median(result["sharded_s"]), statistics.median(result["redundant_s"])
         ratio = sharded / redundant
         print(f"{kind:<10}{result['muon_params']:>8}{sharded * 1e3:>12.1f}{redundant * 1e3:>14.1f}"
