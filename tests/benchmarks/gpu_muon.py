@@ -1,0 +1,184 @@
+"""GPU check for Muon and the model on one H200 (run by hand on a GPU machine; finishes in minutes).
+
+    python -m tests.benchmarks.gpu_muon [--out gpu-muon.json] [--peak-tflops 790]
+    python -m tests.benchmarks.gpu_muon --dry-run      # tiny sizes on the CPU: checks the script runs
+
+1. Newton-Schulz throughput: the batched bf16 iteration of `trainer.muon_reference.newton_schulz`
+   on stacks of expert and head matrices of the presets, in TFLOP/s and as a fraction of a dense
+   bf16 peak (--peak-tflops, 790 by default).
+2. One training step of the largest preset that fits on the device (bf16 autocast, float32
+   parameters, AdamW + per-head/per-expert Muon through `ShardedMuonWithAdamW`, which on one device
+   takes its local path): forward+backward time, optimizer time, tokens/s and peak memory; and the
+   reference optimizer's step (one unit at a time) on the same gradients for comparison.
+
+Without CUDA (and without --dry-run) it says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from trainer.model import PRESETS, ModelConfig, Transformer, count_parameters
+from trainer.muon_reference import KELLER_COEFFICIENTS, AdamWConfig, MuonConfig, build_muon_adamw, newton_schulz
+from trainer.sharded_muon import build_sharded_muon_adamw, newton_schulz_flops
+
+
+def _timed(fn: Callable[[], object], *, device: torch.device, warmup: int, repeats: int) -> float:
+    """Median seconds of `fn` after `warmup` calls, synchronizing the device around each call."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
+
+
+def bench_newton_schulz(device: torch.device, *, dry_run: bool, peak_tflops: float) -> list[dict[str, Any]]:
+    if dry_run:
+        shapes = [("tiny experts w1", 8, 96, 64), ("tiny heads wq", 4, 16, 64)]
+    else:
+        shapes = [
+            ("1b experts w1/w3", 16, 1024, 1536),
+            ("1b experts w2", 16, 1536, 1024),
+            ("1b heads wq", 12, 128, 1536),
+            ("1b layer: 3 expert stacks", 48, 1024, 1536),
+            ("large experts", 64, 2048, 4096),
+        ]
+    rows = []
+    print(f"{'Newton-Schulz (bf16, 5 steps)':<30}{'batch':>7}{'shape':>13}{'ms':>9}{'TFLOP/s':>10}{'of peak':>9}")
+    for label, n, a, b in shapes:
+        G = torch.randn(n, a, b, device=device)
+
+        def run() -> Tensor:
+            return newton_schulz(G, coefficients=KELLER_COEFFICIENTS, steps=5, eps=1e-7, dtype=torch.bfloat16)
+
+        seconds = _timed(run, device=device, warmup=3, repeats=3 if dry_run else 20)
+        tflops = n * newton_schulz_flops((a, b), 5) / seconds / 1e12
+        rows.append({"label": label, "batch": n, "shape": [a, b], "seconds": seconds, "tflops": tflops,
+                     "fraction_of_peak": tflops / peak_tflops})
+        print(f"{label:<30}{n:>7}{f'{a}x{b}':>13}{seconds * 1e3:>9.2f}{tflops:>10.1f}{tflops / peak_tflops:>9.1%}")
+    return rows
+
+
+def _train_step_flops(config: ModelConfig, batch: int, seq: int) -> float:
+    """Forward+backward flops: 6 x active parameters per token (embedding lookups excluded) plus
+    causal attention (6 x 2 x B x T^2 x D x layers / 2 for the mask)."""
+    _, active = count_parameters(config)
+    active -= config.vocab_size * config.dim  # the embedding is a lookup, not a matmul
+    return 6 * active * batch * seq + 6 * config.n_layers * batch * seq * seq * config.dim
+
+
+def bench_training_step(device: torch.device, *, dry_run: bool) -> dict[str, Any]:
+    candidates = [("tiny", 2, 32)] if dry_run else [("1b", 8, 2048), ("small", 8, 2048)]
+    for preset, batch, seq in candidates:
+        try:
+            return _training_step(preset, batch, seq, device, dry_run=dry_run)
+        except torch.OutOfMemoryError as err:
+            print(f"{preset} at batch {batch} x {seq} does not fit: {err}".splitlines()[0])
+            torch.cuda.empty_cache()
+    raise RuntimeError("no preset fits on this device")
+
+
+def _training_step(preset: str, batch: int, seq: int, device: torch.device, *, dry_run: bool) -> dict[str, Any]:
+    config = PRESETS[preset]
+    with torch.device("meta"):
+        model = Transformer(config)
+    model.to_empty(device=device)
+    started = time.perf_counter()
+    model.init_weights(seed=0)
+    init_s = time.perf_counter() - started
+    muon, adamw = MuonConfig(lr=0.02), AdamWConfig(lr=3e-4)
+    optimizer = build_sharded_muon_adamw(model, muon=muon, adamw=adamw)
+    generator = torch.Generator(device=device).manual_seed(0)
+    tokens = torch.randint(0, config.vocab_size, (batch, seq + 1), device=device, generator=generator)
+
+    def forward_backward() -> float:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, config.vocab_size), tokens[:, 1:].reshape(-1))
+        (loss + 0.01 * model.aux_loss()).backward()
+        return loss.item()
+
+    losses = []
+
+    def train_step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(forward_backward())
+        optimizer.step()
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    repeats = 2 if dry_run else 5
+    step_s = _timed(train_step, device=device, warmup=2, repeats=repeats)
+    forward_backward_s = _timed(forward_backward, device=device, warmup=0, repeats=repeats)
+    optimizer_s = _timed(optimizer.step, device=device, warmup=0, repeats=repeats)
+    reference = build_muon_adamw(model, muon=muon, adamw=adamw)
+    reference_s = _timed(reference.step, device=device, warmup=1, repeats=2)
+
+    total, active = count_parameters(config)
+    tokens_per_step = batch * seq
+    result = {
+        "preset": preset, "batch": batch, "seq": seq, "params_total": total, "params_active": active,
+        "init_s": init_s, "step_s": step_s, "forward_backward_s": forward_backward_s,
+        "optimizer_s": optimizer_s, "reference_optimizer_s": reference_s,
+        "tokens_per_s": tokens_per_step / step_s,
+        "model_tflops_per_s": _train_step_flops(config, batch, seq) / forward_backward_s / 1e12,
+        "losses": losses,
+        "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+    }
+    print(f"training step, preset {preset} ({total / 1e9:.2f}B params, {active / 1e9:.2f}B active), "
+          f"batch {batch} x {seq}:")
+    print(f"  step {step_s * 1e3:.0f} ms = forward+backward {forward_backward_s * 1e3:.0f} ms "
+          f"({result['model_tflops_per_s']:.0f} TFLOP/s) + optimizer {optimizer_s * 1e3:.0f} ms "
+          f"(reference, one unit at a time: {reference_s * 1e3:.0f} ms)")
+    print(f"  {result['tokens_per_s']:.0f} tokens/s, peak memory {result['peak_memory_gib'] or 0:.1f} GiB, "
+          f"init {init_s:.1f} s, losses {[round(x, 3) for x in losses[:3]]}...")
+    if not losses[-1] < losses[0]:
+        print("  warning: the loss did not go down over the timed steps")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU")
+    parser.add_argument("--peak-tflops", type=float, default=790.0, help="dense bf16 peak of the device")
+    parser.add_argument("--out", type=Path, default=Path("gpu-muon.json"))
+    args = parser.parse_args()
+
+    if args.dry_run:
+        device = torch.device("cpu")
+    elif torch.cuda.is_available():
+        device = torch.device("cuda", 0)
+    else:
+        print("gpu_muon: no CUDA device here; nothing to measure (use --dry-run to check the script on the CPU)")
+        return
+    started = time.perf_counter()
+    report: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (dry run)",
+        "torch": torch.__version__, "peak_tflops": args.peak_tflops,
+    }
+    print(f"device: {report['device']}, torch {torch.__version__}")
+    report["newton_schulz"] = bench_newton_schulz(device, dry_run=args.dry_run, peak_tflops=args.peak_tflops)
+    report["training_step"] = bench_training_step(device, dry_run=args.dry_run)
+    report["wall_s"] = time.perf_counter() - started
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"done in {report['wall_s']:.0f} s; wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
