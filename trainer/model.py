@@ -212,13 +212,15 @@ class MoE(nn.Module):
         token_of_pair = order // self.top_k
         tokens_per_expert_E = torch.bincount(flat_experts, minlength=self.n_experts)
         routed = self.experts(x_ND[token_of_pair], tokens_per_expert_E.tolist())
-        routed = routed * gates_Nk.reshape(-1)[order, None].to(routed.dtype)
-        out_ND = torch.zeros_like(x_ND).index_add_(0, token_of_pair, routed)
+        # Weigh and sum the k expert outputs of each token in float32, then return the experts' dtype
+        # (bf16 under autocast, like any linear layer's output).
+        weighted = routed.float() * gates_Nk.reshape(-1)[order, None]
+        out_ND = torch.zeros_like(x_ND, dtype=torch.float32).index_add_(0, token_of_pair, weighted)
 
         fraction_routed_E = tokens_per_expert_E.float() / flat_experts.numel()
         mean_prob_E = logits_NE.softmax(dim=-1).mean(dim=0)
         self.aux_loss = self.n_experts * (fraction_routed_E * mean_prob_E).sum()
-        return out_ND.view(B, T, D)
+        return out_ND.to(routed.dtype).view(B, T, D)
 
 
 class TransformerBlock(nn.Module):

@@ -108,7 +108,7 @@ def _training_step(preset: str, batch: int, seq: int, device: torch.device, *, d
     tokens = torch.randint(0, config.vocab_size, (batch, seq + 1), device=device, generator=generator)
 
     def forward_backward() -> float:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             logits = model(tokens[:, :-1])
         loss = F.cross_entropy(logits.float().reshape(-1, config.vocab_size), tokens[:, 1:].reshape(-1))
         (loss + 0.01 * model.aux_loss()).backward()

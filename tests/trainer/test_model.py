@@ -61,6 +61,20 @@ def test_forward_is_causal_and_trains() -> None:
         assert param.grad is not None and param.grad.abs().sum() > 0, name
 
 
+def test_bf16_autocast_forward_and_backward() -> None:
+    """The GPU recipe trains under bf16 autocast: mixed dtypes must meet correctly (the CPU has the
+    same autocast rules for matmuls)."""
+    model = Transformer(PRESETS["tiny"])
+    tokens = torch.randint(0, 384, (2, 16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(tokens)
+    assert logits.dtype == torch.bfloat16
+    F.cross_entropy(logits.float().reshape(-1, 384), tokens.reshape(-1)).backward()
+    assert model.layers[0].moe.experts.w1.grad.dtype == torch.float32
+    # bf16 matmuls keep ~3 significant digits; the logits are O(1).
+    torch.testing.assert_close(logits.float(), model(tokens), atol=0.1, rtol=0.05)
+
+
 def test_moe_matches_a_per_token_loop() -> None:
     torch.manual_seed(0)
     model = Transformer(PRESETS["tiny"])
