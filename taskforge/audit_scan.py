@@ -72,6 +72,7 @@ __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "NGRAM_HITS",
     "REPORT_SCORE",
+    "anchor_pair",
     "anchor_word",
     "code_signature_key",
     "iter_tokens",
@@ -133,8 +134,9 @@ _PRINTABLE_B = re.compile(rb"[\x20-\x7e\t]{%d,}" % MIN_WORD)
 _HASH_MOD = (1 << 61) - 1
 _HASH_BASE = 0x5BD1E995
 
-# Words that make useless anchors: keywords, builtins and the names every Python file uses. A
-# fixed list, so the host and any sandbox interpreter choose the same anchors.
+# Words that make useless anchors: keywords, builtins, the names every Python file uses, and the
+# test tooling every sandbox installs (the standard library, which judges rarity, never says
+# "pytest"). A fixed list, so the host and any sandbox interpreter choose the same anchors.
 _COMMON_WORDS = frozenset(
     """False await break class continue except finally global import lambda nonlocal raise
     return while yield assert async
@@ -145,7 +147,10 @@ _COMMON_WORDS = frozenset(
     result object_ update extend insert remove clear unicode encode decode strip split lower
     upper replace startswith endswith __init__ __name__ __all__ __doc__ __file__ __class__
     typing Optional Union Callable Iterable Iterator Sequence Mapping Any None_ TypeError
-    ValueError KeyError IndexError RuntimeError AttributeError NotImplementedError""".split()
+    ValueError KeyError IndexError RuntimeError AttributeError NotImplementedError
+    pytest raises fixture fixtures parametrize monkeypatch tmp_path tmpdir capsys caplog approx
+    skipif xfail unittest TestCase assertEqual assertTrue assertFalse assertRaises assertIn setUp
+    tearDown hypothesis given strategies""".split()
 )
 
 
@@ -175,12 +180,24 @@ def _normalize_token(token: str) -> str | None:
     return token
 
 
+_NORMAL_CACHE: dict[str, str | None] = {}
+_NORMAL_CACHE_SIZE = 1 << 17
+
+
 def _tokens(text: str) -> list[str]:
+    """The normalized tokens of ``text`` (:func:`iter_tokens` without offsets, faster)."""
+    cache = _NORMAL_CACHE
+    if len(cache) > _NORMAL_CACHE_SIZE:
+        cache.clear()
     out = []
+    append = out.append
     for token in _TOKEN_RE.findall(text):
-        normal = _normalize_token(token)
+        normal = cache.get(token, token)
+        if normal is token:
+            # Names and operators repeat endlessly; normalize each spelling once.
+            normal = cache[token] = _normalize_token(token)
         if normal is not None:
-            out.append(normal)
+            append(normal)
     return out
 
 
@@ -217,16 +234,25 @@ def token_words(token: str) -> list[str]:
 
 
 def anchor_word(text: str) -> str | None:
-    """The word a file must contain to possibly hold ``text`` (a constant, a name, a docstring):
-    its longest word of at least five characters, the last one on ties (the first word of a
-    string in a binary format may be glued to a length byte). None when it has no such word."""
-    best: str | None = None
-    for word in _WORD_S.findall(text):
-        if word in _COMMON_WORDS:
-            continue
-        if best is None or len(word) >= len(best):
-            best = word
-    return best
+    """The longest word (five characters or more, not a keyword or builtin) of ``text``; the last
+    one on ties, since the first word of a string in a binary format may be glued to a length
+    byte. None when ``text`` has no such word: then nothing can anchor it and it is no evidence."""
+    pair = anchor_pair(text)
+    return pair[0] if pair else None
+
+
+def anchor_pair(text: str) -> tuple[str, ...]:
+    """The two longest words of ``text`` (see :func:`anchor_word`), longest first: a file can
+    hold ``text`` only if it holds both, a much rarer event than holding one."""
+    words = [word for word in _WORD_S.findall(text) if word not in _COMMON_WORDS]
+    ranked = sorted(range(len(words)), key=lambda i: (len(words[i]), i), reverse=True)
+    pair: list[str] = []
+    for i in ranked:
+        if words[i] not in pair:
+            pair.append(words[i])
+        if len(pair) == 2:
+            break
+    return tuple(pair)
 
 
 def normalize_docstring(text: str) -> str:
@@ -424,14 +450,16 @@ def _build_task(task_id: str, data: Mapping[str, Any]) -> _Task:
     return task
 
 
+_Gate = dict[str, list[tuple[str | None, int, bool]]]
+"""first word -> (second word or None, task, is an n-gram anchor) for every anchor."""
+
+
 @dataclass(kw_only=True, slots=True)
 class _Index:
     tasks: list[_Task]
-    item_anchors: dict[str, set[int]]
-    """word -> tasks that have a name, constant, docstring, test id ... holding it."""
-    ngram_anchors: dict[str, set[int]]
-    """word -> tasks that have an n-gram holding it (every n-gram holds one)."""
-    words_b: frozenset[bytes]
+    gate: _Gate
+    gate_b: dict[bytes, list[bytes | None]]
+    """The same anchors as bytes, for the cheap test every file goes through."""
     names: dict[str, set[int]]
     signature_names: dict[str, set[int]]
     bodies: dict[str, set[int]]
@@ -439,38 +467,57 @@ class _Index:
     @classmethod
     def build(cls, fingerprints: Mapping[str, Mapping[str, Any]]) -> _Index:
         tasks = [_build_task(task_id, data) for task_id, data in sorted(fingerprints.items())]
-        item_anchors: dict[str, set[int]] = {}
-        ngram_anchors: dict[str, set[int]] = {}
+        gate: _Gate = {}
         names: dict[str, set[int]] = {}
         signature_names: dict[str, set[int]] = {}
         bodies: dict[str, set[int]] = {}
+
+        def add(words: Sequence[str], task: int, ngram: bool) -> None:
+            if words:
+                gate.setdefault(words[0], []).append((words[1] if len(words) > 1 else None, task, ngram))
+
         for i, task in enumerate(tasks):
-            for word in fingerprints[task.task_id].get("anchors", ()):
-                ngram_anchors.setdefault(str(word), set()).add(i)
+            for words in fingerprints[task.task_id].get("anchors", ()):
+                add([str(w) for w in words], i, True)
             items = [
                 *task.names, *task.dotted, *task.constants, *task.docstrings,
                 *(t.split("::")[-1] for t in task.tests.values()),
                 *(text for keys in task.signatures.values() for text in keys.values()),
             ]
             for item in items:
-                word = anchor_word(item)
-                if word is not None:
-                    item_anchors.setdefault(word, set()).add(i)
+                add(anchor_pair(item), i, False)
             for name in task.names:
                 names.setdefault(name, set()).add(i)
             for name in task.signatures:
                 signature_names.setdefault(name, set()).add(i)
             for qualname in task.bodies:
                 bodies.setdefault(qualname, set()).add(i)
-        words = frozenset(w.encode() for w in (*item_anchors, *ngram_anchors))
-        return cls(tasks=tasks, item_anchors=item_anchors, ngram_anchors=ngram_anchors,
-                   words_b=words, names=names, signature_names=signature_names, bodies=bodies)
+        gate_b: dict[bytes, list[bytes | None]] = {}
+        for first, entries in gate.items():
+            gate_b[first.encode()] = [None if second is None else second.encode() for second, _, _ in entries]
+        return cls(tasks=tasks, gate=gate, gate_b=gate_b, names=names, signature_names=signature_names,
+                   bodies=bodies)
 
     def gate_bytes(self, data: bytes, *, glued: bool) -> bool:
-        """True if ``data`` contains an anchor word of some task (a cheap test for every file)."""
-        if not self.words_b.isdisjoint(_WORD_B.findall(data)):
-            return True
-        return glued and not self.words_b.isdisjoint(_GLUED_B.findall(data))
+        """True if ``data`` holds both words of some anchor (a cheap test for every file)."""
+        found = set(_WORD_B.findall(data))
+        if glued:
+            found.update(_GLUED_B.findall(data))
+        for first in found.intersection(self.gate_b):
+            for second in self.gate_b[first]:
+                if second is None or second in found:
+                    return True
+        return False
+
+    def gated_tasks(self, words: set[str]) -> tuple[set[int], set[int]]:
+        """(tasks with an item anchor in ``words``, tasks with an n-gram anchor in ``words``)."""
+        items: set[int] = set()
+        ngrams: set[int] = set()
+        for first in words.intersection(self.gate):
+            for second, task, ngram in self.gate[first]:
+                if second is None or second in words:
+                    (ngrams if ngram else items).add(task)
+        return items, ngrams
 
 
 # ---------------------------------------------------------------------------------------------
@@ -528,11 +575,7 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
     words = set(_WORD_S.findall(text))
     if binary:
         words.update(_GLUED_S.findall(text))
-    item_tasks: set[int] = set()
-    ngram_tasks: set[int] = set()
-    for word in words:
-        item_tasks.update(index.item_anchors.get(word, ()))
-        ngram_tasks.update(index.ngram_anchors.get(word, ()))
+    item_tasks, ngram_tasks = index.gated_tasks(words)
     if not item_tasks and not ngram_tasks:
         return
     tokens: list[str] | None = None

@@ -63,6 +63,12 @@ DOCSTRING_CHARS = 160
 """Docstrings are cut to their first 160 characters: rendered docs keep the opening sentences
 verbatim more often than the reST-heavy rest."""
 MIN_BODY_NAMES = 3
+MAX_ANCHOR_RATE = 2e-3
+"""An n-gram is kept only if the share of standard library modules expected to hold both of its
+anchor words (independence assumed) is at most this: one word no module uses, or two that are
+each in a few percent. Every kept n-gram makes the audit tokenize the files that hold its pair,
+so this bounds the audit's cost; an n-gram of common words only would make it tokenize half of
+site-packages for evidence the other n-grams give anyway."""
 STRATEGIES = ("body", "symbol", "module")
 _PYTHON_SUFFIXES = (".py", ".pyi")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -87,8 +93,9 @@ class Fingerprint:
     """Hidden test node ids (FAIL_TO_PASS): found in ``.pytest_cache`` or coverage contexts."""
     n: int = DEFAULT_NGRAM
     """The n-gram size."""
-    anchors: list[str] = field(default_factory=list)
-    """Words the audit's prefilter looks for: every n-gram holds at least one."""
+    anchors: list[list[str]] = field(default_factory=list)
+    """Word pairs the audit's prefilter looks for: every n-gram holds both words of one (or the
+    one word, when it has a single rare one). Only files holding a pair are tokenized."""
     bodies: dict[str, list[str]] = field(default_factory=dict)
     """Hollowed function (qualname) -> the names its removed body used (body tasks): its bytecode
     lists them, the start state's ``raise NotImplementedError`` does not."""
@@ -101,7 +108,7 @@ class Fingerprint:
         return {
             "n": self.n,
             "ngrams": list(self.ngrams),
-            "anchors": list(self.anchors),
+            "anchors": [list(pair) for pair in self.anchors],
             "signatures": list(self.signatures),
             "names": list(self.names),
             "constants": list(self.constants),
@@ -115,7 +122,7 @@ class Fingerprint:
         return cls(
             n=int(data["n"]),
             ngrams=[int(h) for h in data.get("ngrams", ())],
-            anchors=[str(w) for w in data.get("anchors", ())],
+            anchors=[[str(w) for w in pair] for pair in data.get("anchors", ())],
             signatures=[str(s) for s in data.get("signatures", ())],
             names=[str(s) for s in data.get("names", ())],
             constants=[str(s) for s in data.get("constants", ())],
@@ -357,14 +364,31 @@ class _StartState:
         return any(text in content for content in self._collapsed)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Vocabulary:
+    """How common words and strings are in Python code at large, judged by the standard library."""
+
+    document_frequency: dict[str, int]
+    """identifier -> how many standard library modules use it."""
+    literals: frozenset[str]
+    """Every short string literal of the standard library."""
+    modules: int
+
+    def rate(self, word: str) -> float:
+        """The share of modules that hold ``word`` (smoothed: an unseen word is not impossible)."""
+        return (self.document_frequency.get(word, 0) + 1) / self.modules
+
+
 @lru_cache(maxsize=1)
-def _stdlib_vocabulary() -> tuple[frozenset[str], frozenset[str]]:
-    """(identifiers, short string literals) of the standard library's sources: what is common."""
+def _stdlib_vocabulary() -> _Vocabulary:
+    """Read once per process (about half a second): the identifiers and short string literals of
+    the standard library's sources, as a stand-in for what any third-party package may hold."""
     root = sysconfig.get_paths()["stdlib"]
     skip = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"}
-    identifiers: set[str] = set()
+    frequency: dict[str, int] = {}
     literals: set[str] = set()
     literal = re.compile(r"""'([^'\\\n]{1,80})'|"([^"\\\n]{1,80})\"""")
+    modules = 0
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = [s for s in subfolders if s not in skip]
         for name in files:
@@ -375,10 +399,12 @@ def _stdlib_vocabulary() -> tuple[frozenset[str], frozenset[str]]:
                     text = handle.read()
             except OSError:
                 continue
-            identifiers.update(_IDENTIFIER.findall(text))
+            modules += 1
+            for word in set(_IDENTIFIER.findall(text)):
+                frequency[word] = frequency.get(word, 0) + 1
             for single, double in literal.findall(text):
                 literals.add(single or double)
-    return frozenset(identifiers), frozenset(literals)
+    return _Vocabulary(document_frequency=frequency, literals=frozenset(literals), modules=max(modules, 1))
 
 
 def _cut_docstring(docstring: str) -> str:
@@ -388,9 +414,15 @@ def _cut_docstring(docstring: str) -> str:
     return text[:DOCSTRING_CHARS].rsplit(" ", 1)[0]
 
 
-def _anchor_rank(state: _StartState, common: frozenset[str]) -> Any:
-    # Rarest first: absent from the start state, then not a stdlib name, then longest.
-    return lambda word: (state.document_frequency.get(word, 0), word in common, -len(word), word)
+def _ngram_anchor(words: set[str], vocabulary: _Vocabulary, state: _StartState) -> tuple[str, ...] | None:
+    """The two rarest words of an n-gram, rarest first, if files holding both are rare enough
+    (see :data:`MAX_ANCHOR_RATE`); None for an n-gram of common words only."""
+    ranked = sorted(words, key=lambda w: (vocabulary.rate(w), state.document_frequency.get(w, 0), -len(w), w))
+    pair = tuple(ranked[:2])
+    rate = 1.0
+    for word in pair:
+        rate *= vocabulary.rate(word)
+    return pair if pair and rate <= MAX_ANCHOR_RATE else None
 
 
 def _test_still_visible(node_id: str, visible: Mapping[str, str]) -> bool:
@@ -450,13 +482,15 @@ def build_fingerprint(
                 windows.setdefault(h, set()).update(words)
     candidate_words = {w for words in windows.values() for w in words}
     state = _StartState(visible, candidate_words)
-    common_identifiers, common_literals = _stdlib_vocabulary()
+    vocabulary = _stdlib_vocabulary()
+    common_identifiers = vocabulary.document_frequency
+    common_literals = vocabulary.literals
 
-    rank = _anchor_rank(state, common_identifiers)
-    ngrams: dict[int, str] = {}
+    ngrams: dict[int, tuple[str, ...]] = {}
     for h, words in windows.items():
-        if words:
-            ngrams[h] = min(words, key=rank)
+        anchor = _ngram_anchor(words, vocabulary, state)
+        if anchor is not None:
+            ngrams[h] = anchor
 
     names: set[str] = set()
     dotted: set[str] = set()
@@ -498,7 +532,7 @@ def build_fingerprint(
     fingerprint = Fingerprint(
         n=n,
         ngrams=sorted(ngrams),
-        anchors=sorted(set(ngrams.values())),
+        anchors=sorted(map(list, set(ngrams.values()))),
         signatures=sorted(signatures),
         names=sorted(names | dotted),
         constants=sorted(constants),
@@ -509,9 +543,9 @@ def build_fingerprint(
     return _without_visible(fingerprint, visible, ngrams)
 
 
-def _without_visible(fingerprint: Fingerprint, visible: Mapping[str, str], anchors: Mapping[int, str]) -> Fingerprint:
+def _without_visible(fingerprint: Fingerprint, visible: Mapping[str, str], anchors: Mapping[int, tuple[str, ...]]) -> Fingerprint:
     """Drop every item the audit's own matchers find in the start state (see the module doc)."""
-    words = set(fingerprint.anchors)
+    words = {w for pair in fingerprint.anchors for w in pair}
     words.update(w for item in (*fingerprint.names, *fingerprint.signatures, *fingerprint.constants)
                  if (w := anchor_word(item)) is not None)
     words.update(q.rsplit(".", 1)[-1] for q in fingerprint.bodies)
@@ -522,7 +556,7 @@ def _without_visible(fingerprint: Fingerprint, visible: Mapping[str, str], ancho
     return Fingerprint(
         n=fingerprint.n,
         ngrams=ngrams,
-        anchors=sorted({anchors[h] for h in ngrams}),
+        anchors=sorted(map(list, {anchors[h] for h in ngrams})),
         signatures=[s for s in fingerprint.signatures if s not in found.get("signature", set())],
         names=[
             name for name in fingerprint.names

@@ -1,0 +1,656 @@
+"""The planted-leak suite: the removed code hidden in every channel a model could look in, and the
+audit finds it there, with the right kind; a clean start state and a real site-packages give no
+finding at all.
+
+A tiny real package (``tests/fixtures/audit/original``, "stanzakit") loses a feature three ways
+(``tasks.json``: a hollowed body, a removed function with its private helper, a removed module).
+Each test writes that task's clean start state into a real git repository, plants the original
+code in one channel with the real tool that would leave it there (py_compile, mypy, pytest,
+coverage, hypothesis, pip, git, pygments), scans, and checks exactly which paths were reported.
+Tools that are not dependencies of taskforge (mypy, coverage, hypothesis, pygments) skip their
+test when missing; the recorded mypy cache and the compiled Java class always run.
+"""
+
+from __future__ import annotations
+
+import bz2
+import compileall
+import gzip
+import importlib.util
+import json
+import lzma
+import os
+import py_compile
+import shutil
+import site
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskforge import audit_scan
+from taskforge.audit_scan import scan
+from taskforge.fingerprint import Fingerprint, build_fingerprint
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "audit"
+ORIGINAL = FIXTURES / "original"
+TASKS: dict[str, Any] = json.loads((FIXTURES / "tasks.json").read_text())
+FEATURE = {"body": "stanzakit/headers.py", "symbol": "stanzakit/headers.py", "module": "stanzakit/ledger.py"}
+"""The module each task's removed code lived in."""
+QUIET = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The tasks and their start states
+# ---------------------------------------------------------------------------------------------
+
+
+def project_files(root: Path = ORIGINAL) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Task:
+    strategy: str
+    fingerprint: Fingerprint
+    start: dict[str, str]
+    """The clean start state: every file the agent gets."""
+    hidden: dict[str, str]
+    """Original text of the hidden test files."""
+
+    def audit(self, *roots: Path) -> list[dict[str, Any]]:
+        result = scan({"fingerprints": {self.strategy: self.fingerprint.to_json()}, "roots": [str(r) for r in roots]})
+        return result["findings"][self.strategy]
+
+
+@pytest.fixture(scope="module")
+def tasks() -> dict[str, Task]:
+    original = project_files()
+    built = {}
+    for strategy, spec in TASKS.items():
+        after = {path: None if src is None else (FIXTURES / src).read_text() for path, src in spec["start"].items()}
+        start = {path: text for path, text in original.items() if path not in after}
+        start.update({path: text for path, text in after.items() if text is not None})
+        before = {path: original[path] for path in after}
+        built[strategy] = Task(
+            strategy=strategy,
+            fingerprint=build_fingerprint(before=before, after=after, visible=start, strategy=strategy,
+                                          test_ids=spec["test_ids"]),
+            start=start,
+            hidden={path: original[path] for path in after if path.startswith("tests/")},
+        )
+    return built
+
+
+def write_tree(root: Path, files: Mapping[str, str]) -> Path:
+    for path, text in files.items():
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return root
+
+
+def git(cwd: Path, *args: str, input_text: str | None = None) -> str:
+    command = ["git", "-c", "user.name=taskforge", "-c", "user.email=taskforge@example.com",
+               "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", *args]
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+    return subprocess.run(command, cwd=cwd, check=True, capture_output=True, text=True, env=env,
+                          input=input_text).stdout
+
+
+def workspace(root: Path, task: Task) -> Path:
+    """The task's clean start state as the sandbox holds it: the files, in a one-commit repository."""
+    write_tree(root, task.start)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "start state")
+    return root
+
+
+def run_python(cwd: Path, *args: str, env: Mapping[str, str] = QUIET) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(cwd), **env}, timeout=300)
+
+
+def located(findings: list[dict[str, Any]], base: Path) -> set[tuple[str, str]]:
+    """(path relative to ``base``, kind) of every finding."""
+    return {(os.path.relpath(f["path"], base) if f["path"].startswith(str(base)) else f["path"], f["kind"])
+            for f in findings}
+
+
+def pyc_path(source: str) -> str:
+    return importlib.util.cache_from_source(source)
+
+
+@pytest.fixture(scope="module")
+def original_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A pristine copy of the original project, for the tools that must run on it."""
+    return write_tree(tmp_path_factory.mktemp("original"), project_files())
+
+
+# ---------------------------------------------------------------------------------------------
+# Bytecode
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["body", "symbol", "module"])
+def test_stale_pyc_in_pycache(tmp_path: Path, tasks: dict[str, Task], strategy: str) -> None:
+    task = tasks[strategy]
+    ws = workspace(tmp_path / "ws", task)
+    compileall.compile_dir(str(ws), quiet=1)  # the start state byte-compiled: clean bytecode
+    stale = pyc_path(FEATURE[strategy])
+    py_compile.compile(str(ORIGINAL / FEATURE[strategy]), cfile=str(ws / stale), doraise=True)
+    findings = task.audit(ws)
+    assert located(findings, ws) == {(stale, "pyc")}
+    # Bytecode has no source tokens: a hollowed body shows in its names, a removed symbol in its
+    # code object's signature.
+    assert findings[0]["match"] == {"body": "body", "symbol": "signature", "module": "signature"}[strategy]
+
+
+def test_orphan_pyc_elsewhere(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    orphan = tmp_path / "tmp" / "build-cache" / "headers.cpython-311.pyc"
+    orphan.parent.mkdir(parents=True)
+    py_compile.compile(str(ORIGINAL / FEATURE["symbol"]), cfile=str(orphan), doraise=True)
+    assert located(task.audit(ws, tmp_path / "tmp"), tmp_path) == {("tmp/build-cache/headers.cpython-311.pyc", "pyc")}
+
+
+# ---------------------------------------------------------------------------------------------
+# Tool caches: mypy, pytest, hypothesis, coverage
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mypy_caches(original_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real mypy caches of the original package: the default (sqlite, fixed format) and JSON."""
+    pytest.importorskip("mypy")
+    out = tmp_path_factory.mktemp("mypy")
+    caches = {"sqlite": out / "sqlite", "json": out / "json"}
+    flags = {"sqlite": [], "json": ["--no-sqlite-cache", "--no-fixed-format-cache"]}
+    for name, cache in caches.items():
+        result = run_python(original_copy, "-m", "mypy", "--cache-dir", str(cache), *flags[name], "stanzakit")
+        assert result.returncode == 0, result.stdout + result.stderr
+    return caches
+
+
+@pytest.mark.parametrize("strategy", ["symbol", "module"])
+@pytest.mark.parametrize("cache_format", ["sqlite", "json"])
+def test_mypy_cache(tmp_path: Path, tasks: dict[str, Task], mypy_caches: dict[str, Path], strategy: str,
+                    cache_format: str) -> None:
+    task = tasks[strategy]
+    ws = workspace(tmp_path / "ws", task)
+    shutil.copytree(mypy_caches[cache_format], ws / ".mypy_cache")
+    found = located(task.audit(ws), ws)
+    # Every module the task changed: the removed code's own, and for the symbol task the package
+    # __init__, whose symbol table refers to the function it re-exported.
+    stems = {"symbol": ["headers", "__init__"], "module": ["ledger"]}[strategy]
+    if cache_format == "json":
+        expected = {(f".mypy_cache/3.11/stanzakit/{stem}.data.json", "json") for stem in stems}
+        if strategy == "module":
+            # The removed module's meta file: its name, path and dependencies.
+            expected.add((".mypy_cache/3.11/stanzakit/ledger.meta.json", "json"))
+        assert found == expected
+    else:
+        # mypy spreads modules over sqlite shards; the typeshed ones (builtins, typing, ...) hold
+        # nothing of the package.
+        shards = set()
+        for shard in (ws / ".mypy_cache/3.11").glob("cache.*.db"):
+            with sqlite3.connect(shard) as db:
+                paths = {row[0] for row in db.execute("SELECT path FROM files2")}
+            if any(f"stanzakit/{stem}.data.ff" in paths for stem in stems):
+                shards.add((shard.relative_to(ws).as_posix(), "sqlite"))
+        assert len(shards) == len(stems) and found == shards
+
+
+@pytest.mark.parametrize("strategy", ["symbol", "module"])
+def test_recorded_mypy_json_cache(tmp_path: Path, tasks: dict[str, Task], strategy: str) -> None:
+    # Recorded from a real mypy 2.4 run (see fixtures/audit/README.md): runs without mypy installed.
+    task = tasks[strategy]
+    ws = workspace(tmp_path / "ws", task)
+    name = Path(FEATURE[strategy]).stem + ".data.json"
+    target = ws / ".mypy_cache/3.11/stanzakit" / name
+    target.parent.mkdir(parents=True)
+    shutil.copy(FIXTURES / "mypy" / name, target)
+    findings = task.audit(ws)
+    assert located(findings, ws) == {(f".mypy_cache/3.11/stanzakit/{name}", "json")}
+    # The symbol table spells the removed function's signature (argument names and kinds).
+    assert findings[0]["match"] == "signature"
+
+
+def test_pytest_cache_of_the_validation_run(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    # Validation runs the hidden tests on the start state, where they fail: pytest's cache keeps
+    # their ids (lastfailed) and every collected id (nodeids) after the tests are hidden again.
+    task = tasks["body"]
+    ws = workspace(tmp_path / "ws", task)
+    write_tree(ws, task.hidden)
+    result = run_python(ws, "-m", "pytest", "-q", "tests")
+    assert result.returncode == 1, result.stdout
+    write_tree(ws, {path: task.start[path] for path in task.hidden})
+    findings = task.audit(ws)
+    assert located(findings, ws) == {
+        (".pytest_cache/v/cache/lastfailed", "json"),
+        (".pytest_cache/v/cache/nodeids", "json"),
+    }
+    assert {f["match"] for f in findings} == {"test_id"}
+
+
+def test_hypothesis_constants_cache(tmp_path: Path, tasks: dict[str, Task], original_copy: Path) -> None:
+    # Hypothesis collects the string constants of local modules and caches them on disk
+    # (.hypothesis/constants/<hash>, "# file: ..." and a list of short constants).
+    pytest.importorskip("hypothesis")
+    task = tasks["body"]
+    project = write_tree(tmp_path / "original", project_files())
+    write_tree(project, {"tests/test_props.py": (
+        "from hypothesis import given, settings, strategies as st\n"
+        "from stanzakit.headers import fold_widget_header\n\n\n"
+        # Constants are collected on a 5% chance per draw: a fixed seed makes that certain here.
+        "@settings(max_examples=20, deadline=None, derandomize=True)\n"
+        "@given(st.text())\n"
+        "def test_fold_never_crashes(line):\n"
+        "    fold_widget_header(line)\n"
+    )})
+    result = run_python(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_props.py")
+    assert result.returncode == 0, result.stdout
+    ws = workspace(tmp_path / "ws", task)
+    shutil.copytree(project / ".hypothesis", ws / ".hypothesis")
+    findings = task.audit(ws)
+    assert len(findings) == 1
+    assert findings[0]["path"].startswith(str(ws / ".hypothesis/constants/"))
+    assert (findings[0]["kind"], findings[0]["match"]) == ("text", "constant")
+
+
+def test_coverage_data_with_test_contexts(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    # coverage.py's .coverage (sqlite) keeps file paths, line numbers and, with dynamic contexts,
+    # the test that ran each line: no source, but the hidden test ids ("test_headers.test_fold_...").
+    pytest.importorskip("coverage")
+    task = tasks["body"]
+    project = write_tree(tmp_path / "original", project_files())
+    (project / ".coveragerc").write_text("[run]\ndynamic_context = test_function\n")
+    result = run_python(project, "-m", "coverage", "run", "--data-file", str(project / ".coverage"),
+                        "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
+    assert result.returncode == 0, result.stdout + result.stderr
+    ws = workspace(tmp_path / "ws", task)
+    shutil.copy(project / ".coverage", ws / ".coverage")
+    findings = task.audit(ws)
+    assert located(findings, ws) == {(".coverage", "sqlite")}
+    assert findings[0]["match"] == "test_id"
+
+
+# ---------------------------------------------------------------------------------------------
+# Builds and installs: build/lib, egg-info, wheels, sdists, archives
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(wheel, source tree with the build/ and *.egg-info pip left there) of the original."""
+    source = write_tree(tmp_path_factory.mktemp("wheel-src"), project_files())
+    dist = tmp_path_factory.mktemp("dist")
+    result = run_python(source, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                        "-q", "-w", str(dist), ".", env={**QUIET, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    (wheel,) = dist.glob("stanzakit-*.whl")
+    return wheel, source
+
+
+@pytest.mark.parametrize("strategy", ["symbol", "module"])
+def test_build_lib_left_in_the_workspace(tmp_path: Path, tasks: dict[str, Task], built_wheel: tuple[Path, Path],
+                                         strategy: str) -> None:
+    task = tasks[strategy]
+    ws = workspace(tmp_path / "ws", task)
+    _, source = built_wheel
+    shutil.copytree(source / "build", ws / "build")
+    shutil.copytree(source / "stanzakit.egg-info", ws / "stanzakit.egg-info")
+    findings = task.audit(ws)
+    # egg-info's SOURCES.txt names stanzakit/ledger.py for the module task: a path alone is weak
+    # evidence, not a finding; the copies under build/lib are (for the symbol task, the original
+    # __init__ too: it re-exports the removed function).
+    expected = {(f"build/lib/{FEATURE[strategy]}", "text")}
+    if strategy == "symbol":
+        expected.add(("build/lib/stanzakit/__init__.py", "text"))
+    assert located(findings, ws) == expected
+    assert {f["match"] for f in findings if f["path"].endswith(FEATURE[strategy])} == {"ngram"}
+
+
+def test_egg_info_beside_a_copy_of_the_package(tmp_path: Path, tasks: dict[str, Task],
+                                               built_wheel: tuple[Path, Path]) -> None:
+    # An unpacked sdist or an old ``setup.py develop`` tree: metadata plus the package sources.
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    _, source = built_wheel
+    elsewhere = tmp_path / "tmp" / "stanzakit-1.0.0"
+    shutil.copytree(source / "stanzakit.egg-info", elsewhere / "stanzakit.egg-info")
+    shutil.copytree(source / "stanzakit", elsewhere / "stanzakit")
+    found = located(task.audit(ws, tmp_path / "tmp"), tmp_path)
+    assert found == {("tmp/stanzakit-1.0.0/stanzakit/headers.py", "text"),
+                     ("tmp/stanzakit-1.0.0/stanzakit/__init__.py", "text")}
+
+
+def test_wheel_installed_into_site_packages(tmp_path: Path, tasks: dict[str, Task],
+                                            built_wheel: tuple[Path, Path]) -> None:
+    task = tasks["module"]
+    ws = workspace(tmp_path / "ws", task)
+    wheel, _ = built_wheel
+    site_packages = tmp_path / "site-packages"
+    result = run_python(tmp_path, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target",
+                        str(site_packages), str(wheel), env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = located(task.audit(ws, site_packages), site_packages)
+    assert found == {("stanzakit/ledger.py", "text"), (pyc_path("stanzakit/ledger.py"), "pyc")}
+
+
+def _sdist(source: Path, target: Path, mode: str) -> None:
+    with tarfile.open(target, mode) as archive:
+        for path in sorted(source.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                archive.add(path, arcname=f"stanzakit-1.0.0/{path.relative_to(source).as_posix()}")
+
+
+@pytest.mark.parametrize("archive", ["wheel", "sdist.tar.gz", "tar.xz", "zip", "gz", "bz2", "xz"])
+def test_archive_in_a_temporary_folder(tmp_path: Path, tasks: dict[str, Task], built_wheel: tuple[Path, Path],
+                                       archive: str) -> None:
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    wheel, _ = built_wheel
+    drop = tmp_path / "tmp"
+    drop.mkdir()
+    headers = (ORIGINAL / "stanzakit/headers.py").read_bytes()
+    if archive == "wheel":
+        shutil.copy(wheel, drop / wheel.name)
+        expected = {(f"tmp/{wheel.name}!/stanzakit/headers.py", "zip"), (f"tmp/{wheel.name}!/stanzakit/__init__.py", "zip")}
+    elif archive in ("sdist.tar.gz", "tar.xz"):
+        name = "stanzakit-1.0.0." + archive.removeprefix("sdist.")
+        _sdist(ORIGINAL, drop / name, "w:gz" if archive.endswith("gz") else "w:xz")
+        expected = {(f"tmp/{name}!/stanzakit-1.0.0/stanzakit/headers.py", "tar"),
+                    (f"tmp/{name}!/stanzakit-1.0.0/stanzakit/__init__.py", "tar"),
+                    (f"tmp/{name}!/stanzakit-1.0.0/tests/test_headers.py", "tar")}
+    elif archive == "zip":
+        with zipfile.ZipFile(drop / "backup.zip", "w", zipfile.ZIP_DEFLATED) as zipped:
+            zipped.writestr("stanzakit/headers.py", headers)
+        expected = {("tmp/backup.zip!/stanzakit/headers.py", "zip")}
+    else:
+        compress = {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}[archive]
+        (drop / f"headers.py.{archive}").write_bytes(compress(headers))
+        expected = {(f"tmp/headers.py.{archive}", {"gz": "gzip"}.get(archive, archive))}
+    assert located(task.audit(ws, drop), tmp_path) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Git: loose and packed objects, deltas, stash, reflog
+# ---------------------------------------------------------------------------------------------
+
+
+def original_blob(repo: Path) -> str:
+    return git(repo, "hash-object", str(ORIGINAL / "stanzakit/headers.py")).strip()
+
+
+def test_git_loose_object(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    task = tasks["body"]
+    ws = workspace(tmp_path / "ws", task)
+    blob = git(ws, "hash-object", "-w", str(ORIGINAL / "stanzakit/headers.py")).strip()  # dangling
+    assert located(task.audit(ws), ws) == {(f".git/objects/{blob[:2]}/{blob[2:]}", "git-loose")}
+
+
+def _history_with_the_original(root: Path, task: Task) -> tuple[Path, str]:
+    """A repository with upstream history (an older version of the module, then the original)
+    and the start state on top; returns it and the older version's blob id.
+
+    Git keeps the newest, largest version of a file whole and older ones as deltas against it:
+    the older version, which holds the removed body too, is only found once its delta is applied.
+    """
+    original = project_files()
+    older = dict(original)
+    headers = original["stanzakit/headers.py"]
+    older["stanzakit/headers.py"] = headers[:headers.index("\n\nclass StanzaParser")] + "\n"
+    write_tree(root, older)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "fold widget headers")
+    write_tree(root, original)
+    git(root, "commit", "-q", "-am", "add StanzaParser")
+    write_tree(root, {path: task.start[path] for path in TASKS[task.strategy]["start"]})
+    git(root, "commit", "-q", "-am", "start state")
+    return root, git(root, "hash-object", "--stdin", input_text=older["stanzakit/headers.py"]).strip()
+
+
+@pytest.mark.parametrize("delta", ["ofs-delta", "ref-delta"])
+def test_git_packed_and_deltified(tmp_path: Path, tasks: dict[str, Task], delta: str) -> None:
+    task = tasks["body"]
+    repo, older = _history_with_the_original(tmp_path / "repo", task)
+    # ref-delta: bases named by object id instead of pack offset (older git, thin packs).
+    config = "true" if delta == "ofs-delta" else "false"
+    git(repo, "-c", f"repack.useDeltaBaseOffset={config}", "repack", "-a", "-d", "-f", "-q")
+    git(repo, "prune-packed")
+    (index,) = (repo / ".git/objects/pack").glob("*.idx")
+    line = next(row for row in git(repo, "verify-pack", "-v", str(index)).splitlines() if row.startswith(older))
+    assert len(line.split()) == 7, f"the older blob is not a delta: {line}"
+    (pack,) = (repo / ".git/objects/pack").glob("*.pack")
+    findings = task.audit(repo)
+    hidden_tests = git(repo, "hash-object", str(ORIGINAL / "tests/test_headers.py")).strip()
+    blobs = {older, original_blob(repo), hidden_tests}
+    assert located(findings, repo) == {(f".git/objects/pack/{pack.name}!{blob}", "git-pack") for blob in blobs}
+    assert {f["match"] for f in findings} == {"ngram"}
+
+
+def test_git_stash_entry(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    shutil.copy(ORIGINAL / "stanzakit/headers.py", ws / "stanzakit/headers.py")
+    git(ws, "stash", "-q")
+    assert (ws / "stanzakit/headers.py").read_text() == task.start["stanzakit/headers.py"]
+    blob = original_blob(ws)
+    assert located(task.audit(ws), ws) == {(f".git/objects/{blob[:2]}/{blob[2:]}", "git-loose")}
+
+
+@pytest.mark.parametrize("storage", ["loose", "packed"])
+def test_git_reflog_of_an_amended_commit(tmp_path: Path, tasks: dict[str, Task], storage: str) -> None:
+    task = tasks["module"]
+    repo = tmp_path / "ws"
+    write_tree(repo, project_files())
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "import")
+    for path in TASKS["module"]["start"]:
+        (repo / path).unlink()
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--amend", "-m", "start state")  # the original lives on in the reflog
+    assert "import" in git(repo, "reflog")
+    if storage == "packed":
+        git(repo, "gc", "-q")
+    blob = git(repo, "hash-object", str(ORIGINAL / "stanzakit/ledger.py")).strip()
+    test_blob = git(repo, "hash-object", str(ORIGINAL / "tests/test_ledger.py")).strip()
+    found = located(task.audit(repo), repo)
+    if storage == "loose":
+        assert found == {(f".git/objects/{b[:2]}/{b[2:]}", "git-loose") for b in (blob, test_blob)}
+    else:
+        (pack,) = (repo / ".git/objects/pack").glob("*.pack")
+        assert found == {(f".git/objects/pack/{pack.name}!{b}", "git-pack") for b in (blob, test_blob)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Copies in other forms: backups, docs, notebooks, stubs, Java
+# ---------------------------------------------------------------------------------------------
+
+
+def test_orig_backup(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    task = tasks["body"]
+    ws = workspace(tmp_path / "ws", task)
+    shutil.copy(ORIGINAL / "stanzakit/headers.py", ws / "stanzakit/headers.py.orig")
+    assert located(task.audit(ws), ws) == {("stanzakit/headers.py.orig", "text")}
+
+
+def test_built_docs_page_with_highlighted_source(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    pygments = pytest.importorskip("pygments")
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+
+    task = tasks["body"]
+    ws = workspace(tmp_path / "ws", task)
+    page = ws / "docs/_build/html/_modules/stanzakit/headers.html"
+    page.parent.mkdir(parents=True)
+    source = (ORIGINAL / "stanzakit/headers.py").read_text()
+    page.write_text(pygments.highlight(source, PythonLexer(), HtmlFormatter(full=True, linenos="table")))
+    assert '<span class="n">split_stanza</span>' in page.read_text()  # one span per token
+    findings = task.audit(ws)
+    assert located(findings, ws) == {("docs/_build/html/_modules/stanzakit/headers.html", "html")}
+    assert findings[0]["match"] == "ngram"
+
+
+def test_notebook_checkpoint(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    source = (ORIGINAL / "stanzakit/headers.py").read_text()
+    cell = source[source.index("def fold_widget_header"):source.index("class StanzaParser")]
+    notebook = {
+        "nbformat": 4, "nbformat_minor": 5, "metadata": {"language_info": {"name": "python"}},
+        "cells": [
+            {"cell_type": "markdown", "id": "a1", "metadata": {}, "source": ["# Trying the folder\n"]},
+            {"cell_type": "code", "id": "b2", "metadata": {}, "execution_count": 1, "outputs": [],
+             "source": cell.splitlines(keepends=True)},
+        ],
+    }
+    target = ws / "notebooks/.ipynb_checkpoints/explore-checkpoint.ipynb"
+    target.parent.mkdir(parents=True)
+    target.write_text(json.dumps(notebook, indent=1))
+    findings = task.audit(ws)
+    assert located(findings, ws) == {("notebooks/.ipynb_checkpoints/explore-checkpoint.ipynb", "notebook")}
+    assert findings[0]["match"] == "ngram"
+
+
+def test_stub_with_the_removed_signature(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    (ws / "stanzakit/headers.pyi").write_text(
+        "SEPARATOR: str\n\n"
+        "def split_stanza(line: str) -> list[str]: ...\n"
+        "def fold_widget_header(line: str, *, strict: bool = ..., limit: int = ...) -> list[str]: ...\n\n"
+        "class StanzaParser:\n"
+        "    stanzas: list[list[str]]\n"
+        "    def __init__(self) -> None: ...\n"
+        "    def feed(self, line: str) -> None: ...\n"
+    )
+    findings = task.audit(ws)
+    assert located(findings, ws) == {("stanzakit/headers.pyi", "text")}
+    assert findings[0]["match"] == "signature"
+
+
+@pytest.mark.parametrize("strategy", ["body", "symbol"])
+def test_compiled_java_class(tmp_path: Path, tasks: dict[str, Task], strategy: str) -> None:
+    # StanzaFolder.class (javac, committed with its source) carries the removed function's name
+    # and constants in its constant pool: the audit is not Python-only.
+    task = tasks[strategy]
+    ws = workspace(tmp_path / "ws", task)
+    (ws / "build/classes").mkdir(parents=True)
+    shutil.copy(FIXTURES / "java/StanzaFolder.class", ws / "build/classes/StanzaFolder.class")
+    findings = task.audit(ws)
+    assert located(findings, ws) == {("build/classes/StanzaFolder.class", "java-class")}
+    evidence = {(e["match"], e["value"]) for e in findings[0]["evidence"]}
+    assert {("constant", "widget header lacks a stanza separator"), ("constant", "continued-stanza")} <= evidence
+    members = {("name", "java member fold_widget_header"), ("name", "java member _merge_continuations")}
+    # Method names are evidence only where the task removed them.
+    assert members <= evidence if strategy == "symbol" else not members & evidence
+
+
+# ---------------------------------------------------------------------------------------------
+# Several tasks in one scan; the script itself
+# ---------------------------------------------------------------------------------------------
+
+
+def test_one_scan_serves_every_task_of_a_repository(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    # A shared image layer holds the ledger module's bytecode: a leak for the module task only.
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    py_compile.compile(str(ORIGINAL / "stanzakit/ledger.py"), cfile=str(layer / "ledger.pyc"), doraise=True)
+    result = scan({"fingerprints": {s: t.fingerprint.to_json() for s, t in tasks.items()}, "roots": [str(layer)]})
+    assert {s: len(f) for s, f in result["findings"].items()} == {"body": 0, "symbol": 0, "module": 1}
+
+
+def test_script_in_a_bare_interpreter(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    # The sandbox runs a copy of the file with its own Python, without taskforge: -I -S.
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    script = shutil.copy(audit_scan.__file__, tmp_path / "audit_scan.py")
+    request = {"fingerprints": {"t1": task.fingerprint.to_json()}, "roots": [str(ws)]}
+    # The request file holds the fingerprint in clear text; placed inside a root, it must not
+    # report itself (the script excludes its own request and file).
+    request_file = ws / "audit-request.json"
+    request_file.write_text(json.dumps(request))
+    by_file = subprocess.run([sys.executable, "-I", "-S", script, str(request_file)],
+                             capture_output=True, text=True, check=True)
+    output = json.loads(by_file.stdout)
+    assert output["findings"] == {"t1": []}
+    assert output["files"] >= len(task.start) and output["bytes"] > 0 and output["seconds"] >= 0
+    request_file.unlink()
+    shutil.copy(ORIGINAL / "stanzakit/headers.py", ws / "headers.py.bak")
+    by_stdin = subprocess.run([sys.executable, "-I", "-S", script], input=json.dumps(request),
+                              capture_output=True, text=True, check=True)
+    assert [f["path"] for f in json.loads(by_stdin.stdout)["findings"]["t1"]] == [str(ws / "headers.py.bak")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Clean tasks: zero findings
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["body", "symbol", "module"])
+def test_clean_start_state_has_no_findings(tmp_path: Path, tasks: dict[str, Task], strategy: str) -> None:
+    # Everything the sandbox legitimately holds after a scrubbed setup: the start state in a fresh
+    # one-commit repository (packed), its bytecode, pytest's cache of the visible tests, and an
+    # installed copy of the start state in site-packages.
+    task = tasks[strategy]
+    ws = workspace(tmp_path / "ws", task)
+    git(ws, "gc", "-q")
+    result = run_python(ws, "-m", "pytest", "-q", "tests", env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert result.returncode == 0, result.stdout
+    compileall.compile_dir(str(ws), quiet=1)
+    site_packages = tmp_path / "site-packages"
+    shutil.copytree(ws / "stanzakit", site_packages / "stanzakit")
+    compileall.compile_dir(str(site_packages), quiet=1)
+    assert (ws / ".pytest_cache/v/cache/nodeids").exists()
+    assert task.audit(ws, site_packages) == []
+
+
+def test_clean_start_state_with_a_mypy_cache_has_no_findings(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    pytest.importorskip("mypy")
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    for flags in ([], ["--no-sqlite-cache", "--no-fixed-format-cache"]):
+        result = run_python(ws, "-m", "mypy", "--cache-dir", str(ws / f".mypy_cache{len(flags)}"), *flags, "stanzakit")
+        assert result.returncode == 0, result.stdout
+    assert task.audit(ws) == []
+
+
+HOST_PACKAGES = ("_pytest", "pluggy", "hypothesis", "click", "pip", "setuptools", "coverage", "packaging",
+                 "pygments", "git", "docker")
+"""Installed packages scanned in place: about 40 MB of third-party code, text and bytecode."""
+
+
+def host_site_packages() -> Iterator[Path]:
+    for folder in site.getsitepackages():
+        for name in HOST_PACKAGES:
+            if (Path(folder) / name).is_dir():
+                yield Path(folder) / name
+
+
+def test_real_site_packages_have_no_findings(tasks: dict[str, Task]) -> None:
+    roots = list(host_site_packages())
+    assert len(roots) >= 4
+    result = scan({"fingerprints": {s: t.fingerprint.to_json() for s, t in tasks.items()},
+                   "roots": [str(r) for r in roots]})
+    assert result["findings"] == {"body": [], "symbol": [], "module": []}
+    assert result["files"] > 1000
+
+
+@pytest.mark.slow
+def test_whole_host_site_packages_have_no_findings(tasks: dict[str, Task]) -> None:
+    result = scan({"fingerprints": {s: t.fingerprint.to_json() for s, t in tasks.items()},
+                   "roots": site.getsitepackages()})
+    assert result["findings"] == {"body": [], "symbol": [], "module": []}

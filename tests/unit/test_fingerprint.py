@@ -1,0 +1,237 @@
+"""taskforge.fingerprint on the stanzakit fixture project: what each strategy's fingerprint holds,
+what it must leave out (anything the start state still shows), and the shared tokenizer, hash and
+signature keys of taskforge.audit_scan."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from taskforge import audit_scan
+from taskforge.audit_scan import (
+    code_signature_key,
+    iter_tokens,
+    ngram_hashes,
+    parse_signature,
+    token_words,
+)
+from taskforge.fingerprint import Fingerprint, build_fingerprint
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "audit"
+ORIGINAL = FIXTURES / "original"
+TASKS = json.loads((FIXTURES / "tasks.json").read_text())
+
+
+def project_files() -> dict[str, str]:
+    return {p.relative_to(ORIGINAL).as_posix(): p.read_text() for p in sorted(ORIGINAL.rglob("*")) if p.is_file()}
+
+
+def task_inputs(strategy: str) -> tuple[dict[str, str], dict[str, str | None], dict[str, str]]:
+    """(before, after, visible) of one fixture task, as the miner hands them over."""
+    original = project_files()
+    changes = TASKS[strategy]["start"]
+    before = {path: original[path] for path in changes}
+    after = {path: None if src is None else (FIXTURES / src).read_text() for path, src in changes.items()}
+    visible = {path: text for path, text in original.items() if path not in after}
+    visible.update({path: text for path, text in after.items() if text is not None})
+    return before, after, visible
+
+
+def fingerprint(strategy: str, **overrides: object) -> Fingerprint:
+    before, after, visible = task_inputs(strategy)
+    arguments: dict[str, object] = {
+        "before": before, "after": after, "visible": visible,
+        "strategy": strategy, "test_ids": TASKS[strategy]["test_ids"],
+    }
+    arguments.update(overrides)
+    return build_fingerprint(**arguments)  # type: ignore[arg-type]
+
+
+def test_body_fingerprint_leaves_out_the_signature_and_docstring_that_stay() -> None:
+    fp = fingerprint("body")
+    # The hollowed function keeps its signature and docstring in the start state on purpose.
+    assert not any("fold_widget_header(" in s for s in fp.signatures)
+    assert "fold_widget_header" not in fp.names
+    assert fp.docstrings == []
+    # Its body's constants and names are the evidence (bytecode keeps both).
+    assert {"widget header lacks a stanza separator", "#widget-remark", "continued-stanza", "stanza-overflow:"} <= set(fp.constants)
+    assert {"split_stanza", "_merge_continuations", "SEPARATOR", "overflow"} <= set(fp.bodies["fold_widget_header"])
+    # Hidden tests are removed code too.
+    assert "test_fold_widget_header_merges_continuations" in fp.names
+    assert fp.test_ids == sorted(TASKS["body"]["test_ids"])
+    assert len(fp.ngrams) > 50
+
+
+def test_symbol_fingerprint_holds_the_removed_function_and_its_helper() -> None:
+    fp = fingerprint("symbol")
+    assert {"fold_widget_header", "_merge_continuations", "stanzakit.headers.fold_widget_header"} <= set(fp.names)
+    assert "def fold_widget_header(line, *, strict=..., limit=...)" in fp.signatures
+    assert "def _merge_continuations(parts, *, marker)" in fp.signatures
+    assert "Glue every part that starts with the continuation marker onto the part before it." in fp.docstrings
+    # split_stanza and StanzaParser stay in the start state: no evidence.
+    assert not {"split_stanza", "StanzaParser", "stanzakit.headers.split_stanza"} & set(fp.names)
+    assert not any("split_stanza" in s for s in fp.signatures)
+    assert fp.bodies == {}
+
+
+def test_module_fingerprint_holds_the_module_name_and_docstring() -> None:
+    fp = fingerprint("module")
+    assert {"stanzakit.ledger", "WidgetLedger", "tally_widget_counts", "record_manifest_line"} <= set(fp.names)
+    assert "Widget ledgers: tally how many widgets of each kind a manifest declares." in fp.docstrings
+    assert "def tally_widget_counts(lines, *, default_kind=...)" in fp.signatures
+    assert {"ledger amounts cannot be negative", "unlabelled-widget"} <= set(fp.constants)
+    # __init__ is defined everywhere; split_stanza (imported by the module) is still there.
+    assert not {"__init__", "split_stanza"} & set(fp.names)
+
+
+def test_text_the_start_state_still_shows_is_no_evidence() -> None:
+    before, after, visible = task_inputs("symbol")
+    body = before["stanzakit/headers.py"].split("def fold_widget_header", 1)[1].split("\n\n\ndef ", 1)[0]
+    # A docs page that quotes one constant, and an example that repeats the body's code.
+    visible = {
+        **visible,
+        "docs/notes.md": "Folding merges parts that start with `continued-stanza`.\n",
+        "examples/fold.py": "def fold_widget_header_copy" + body,
+    }
+    fp = build_fingerprint(before=before, after=after, visible=visible, strategy="symbol")
+    full = fingerprint("symbol")
+    assert "continued-stanza" in full.constants and "continued-stanza" not in fp.constants
+    assert "widget header lacks a stanza separator" not in fp.constants
+    example_hashes = set(ngram_hashes([t for _, t in iter_tokens(visible["examples/fold.py"])], fp.n))
+    assert example_hashes & set(full.ngrams)
+    assert not example_hashes & set(fp.ngrams)
+    assert 0 < len(fp.ngrams) < len(full.ngrams)
+
+
+def test_trivial_and_standard_library_items_are_left_out() -> None:
+    before = {"pkg/codec.py": (
+        'def _zq_frobnicate(data):\n'
+        '    head = data.get("Content-Type", "utf-8")\n'
+        '    return head + "zq-frobnicated-widget" + "::"\n'
+        '\n'
+        'def close(stream):\n'
+        '    return stream\n'
+    )}
+    after = {"pkg/codec.py": ""}
+    fp = build_fingerprint(before=before, after=after, visible={"pkg/__init__.py": ""}, strategy="symbol")
+    # Too short ("utf-8", "::"), or common in the standard library ("Content-Type", close).
+    assert fp.constants == ["zq-frobnicated-widget"]
+    assert "close" not in fp.names and not any("close(" in s for s in fp.signatures)
+    assert {"_zq_frobnicate", "pkg.codec._zq_frobnicate"} <= set(fp.names)
+
+
+def test_a_duplicate_implementation_in_the_start_state_leaves_only_the_hidden_tests() -> None:
+    # A second, full copy of the function elsewhere (vendored or duplicated code): the agent sees
+    # the code anyway, and its bytecode would match the body's names, so none of it is evidence.
+    before, after, visible = task_inputs("body")
+    visible = {**visible, "stanzakit/legacy.py": before["stanzakit/headers.py"]}
+    fp = build_fingerprint(before=before, after=after, visible=visible, strategy="body")
+    assert fp.bodies == {}
+    assert set(fp.constants) == {"gear :: continued-stanza teeth :: 3", "gear teeth"}  # hidden tests'
+    legacy = ngram_hashes([t for _, t in iter_tokens(visible["stanzakit/legacy.py"])], fp.n)
+    assert fp.ngrams and not set(fp.ngrams) & set(legacy)
+
+
+def test_test_ids_that_stay_collectable_are_dropped() -> None:
+    visible_test = "tests/test_headers.py::test_split_stanza_trims_parts"
+    fp = fingerprint("body", test_ids=[*TASKS["body"]["test_ids"], visible_test])
+    assert visible_test not in fp.test_ids
+    assert set(TASKS["body"]["test_ids"]) == set(fp.test_ids)
+
+
+def test_every_ngram_holds_both_words_of_an_anchor_pair() -> None:
+    # The audit tokenizes only files holding an anchor pair: an n-gram without one would be missed.
+    fp = fingerprint("symbol")
+    tokens = [t for _, t in iter_tokens((ORIGINAL / "stanzakit/headers.py").read_text())]
+    pairs = [set(pair) for pair in fp.anchors]
+    seen = 0
+    for start, h in enumerate(ngram_hashes(tokens, fp.n)):
+        if h in fp.ngrams:
+            seen += 1
+            words = {w for t in tokens[start:start + fp.n] for w in token_words(t)}
+            assert any(pair <= words for pair in pairs)
+    assert seen > 100
+    assert all(1 <= len(pair) <= 2 for pair in pairs)
+
+
+def test_ngrams_of_common_words_only_are_left_out() -> None:
+    # "for key, value in sorted(items.items()): result.append(...)" could be any package's code:
+    # the audit would tokenize half of site-packages for it.
+    before = {"pkg/util.py": (
+        "def _zq_flatten(items):\n"
+        "    result = []\n"
+        "    for key, value in sorted(items.items()):\n"
+        "        result.append(str(key) + '=' + str(value))\n"
+        "    return ';'.join(result)\n"
+    )}
+    fp = build_fingerprint(before=before, after={"pkg/util.py": ""}, visible={"pkg/__init__.py": ""}, strategy="symbol")
+    tokens = [t for _, t in iter_tokens(before["pkg/util.py"])]
+    hashes = ngram_hashes(tokens, fp.n)
+    kept = [i for i, h in enumerate(hashes) if h in fp.ngrams]
+    assert kept and len(kept) < len(hashes)
+    # What is kept holds the function's own name: the windows of the first line or two.
+    assert all("_zq_flatten" in tokens[i:i + fp.n] for i in kept)
+
+
+def test_json_round_trip() -> None:
+    fp = fingerprint("module")
+    data = json.loads(json.dumps(fp.to_json()))
+    assert Fingerprint.from_json(data) == fp
+
+
+def test_arguments_are_checked() -> None:
+    before, after, visible = task_inputs("body")
+    with pytest.raises(ValueError, match="strategy"):
+        build_fingerprint(before=before, after=after, visible=visible, strategy="file")
+    with pytest.raises(ValueError, match="n must be"):
+        build_fingerprint(before=before, after=after, visible=visible, strategy="body", n=2)
+    with pytest.raises(ValueError, match="n must be"):
+        Fingerprint(n=1)
+
+
+def test_tokens_ignore_layout_comments_and_quote_style() -> None:
+    a = "x = f(r'a b',\n      2)  # a comment\n"
+    b = 'x=f("a b", 2)\n'
+    assert [t for _, t in iter_tokens(a)] == [t for _, t in iter_tokens(b)] == ["x", "=", "f", "(", '"a b"', ",", "2", ")"]
+
+
+def test_ngram_hash_is_pinned_and_independent_of_the_process() -> None:
+    tokens = ["def", "fold", "(", "line", ")", ":"]
+    here = ngram_hashes(tokens, 4)
+    # Pinned: the host and every sandbox must agree forever (a fingerprint outlives its process).
+    assert here == [2265512467385989387, 167571704067756576, 1158961524592652832]
+    code = f"from taskforge.audit_scan import ngram_hashes; print(ngram_hashes({tokens!r}, 4))"
+    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONHASHSEED": "12345", "PYTHONPATH": str(Path(audit_scan.__file__).parents[1])},
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == here
+
+
+def test_signature_keys_agree_between_source_bytecode_and_mypy() -> None:
+    source = "def fold(a, /, b=1, *rest, c, d=2, **options): pass"
+    code = next(c for c in compile(source, "<x>", "exec").co_consts if hasattr(c, "co_varnames"))
+    from_text = parse_signature(source)
+    assert from_text is not None
+    assert from_text == ("fold", code_signature_key(code))
+    assert parse_signature("def fold(a, /, b=..., *rest, c, d=..., **options)") == from_text
+    # The recorded mypy cache (a real mypy run) spells the same signature with argument kinds.
+    data = json.loads((FIXTURES / "mypy/headers.data.json").read_text())
+    node = data["names"]["fold_widget_header"]["node"]
+    key = audit_scan._mypy_signature_key(node["name"], node["arg_names"], node["arg_kinds"])
+    assert (node["name"], key) == parse_signature("def fold_widget_header(line, *, strict=..., limit=...)")
+
+
+def test_audit_scan_imports_only_the_standard_library() -> None:
+    tree = ast.parse(Path(audit_scan.__file__).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0
+            imported.add((node.module or "").split(".")[0])
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}
