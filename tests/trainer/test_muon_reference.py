@@ -170,3 +170,32 @@ def test_training_loss_goes_down() -> None:
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_resuming_from_a_state_dict_equals_not_stopping() -> None:
+    """Checkpoints go through torch's distributed state-dict helpers (names, not ids); a resumed
+    optimizer continues exactly."""
+    import copy
+
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    def loss(model: Transformer, seed: int) -> torch.Tensor:
+        tokens = torch.randint(0, 384, (2, 9), generator=torch.Generator().manual_seed(seed))
+        return F.cross_entropy(model(tokens[:, :-1]).reshape(-1, 384), tokens[:, 1:].reshape(-1))
+
+    model = Transformer(PRESETS["tiny"])
+    optimizer = build_muon_adamw(model)
+    loss(model, 0).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    # A deep copy: a state dict shares its tensors with the live optimizer.
+    saved = copy.deepcopy(get_optimizer_state_dict(model, optimizer))
+    resumed = Transformer(PRESETS["tiny"])
+    resumed.load_state_dict(model.state_dict())
+    resumed_optimizer = build_muon_adamw(resumed)
+    set_optimizer_state_dict(resumed, resumed_optimizer, saved)
+    for m, opt in ((model, optimizer), (resumed, resumed_optimizer)):
+        loss(m, 1).backward()
+        opt.step()
+    for (name, p), q in zip(model.named_parameters(), resumed.parameters()):
+        assert torch.equal(p, q), name
