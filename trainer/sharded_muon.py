@@ -8,10 +8,12 @@ uneven or empty. For one step of a Muon param group:
 
 1. Momentum, in each rank's local shard layout (elementwise, so sharding does not matter).
 2. Units of the same shape on the same process group are grouped into buckets. Each unit has an
-   owner rank (greedy by Newton-Schulz flops, decided identically on every rank, so no metadata is
-   exchanged). One `all_to_all_single` per bucket sends every rank's rows of each unit to its owner,
-   who assembles whole matrices, runs a batched Newton-Schulz, and a second all-to-all (the same
-   splits, transposed) returns each rank its rows of the result.
+   owner rank (greedy by Newton-Schulz flops; among equally loaded ranks, the one that already holds
+   most of the unit, so whole experts mostly stay put), decided identically on every rank from
+   shapes alone, so no metadata is exchanged. One `all_to_all_single` per bucket (gloo and NCCL
+   both take unequal split sizes) sends every rank's rows of each unit to its owner, who assembles
+   whole matrices in the Newton-Schulz dtype, runs a batched Newton-Schulz, and a second all-to-all
+   (the same splits, transposed) returns each rank its rows of the result.
 3. Several buckets are in flight at once (async work handles), so the all-to-alls of the next
    buckets run while the current one is orthogonalized.
 4. Decoupled weight decay and the scaled update, on the local shard.
@@ -53,8 +55,8 @@ __all__ = ["ShardedMuonWithAdamW", "build_sharded_muon_adamw", "newton_schulz_fl
 
 
 def newton_schulz_flops(unit_shape: tuple[int, int], steps: int) -> int:
-    """Multiply-add flops of Newton-Schulz on one a x b unit (m = min(a, b), n = max(a, b)): per
-    step XX^T (2m^2 n), A^2 (2m^3) and BX (2m^2 n)."""
+    """Flops (a multiply-add counts two) of Newton-Schulz on one a x b unit, m = min(a, b) and
+    n = max(a, b): per step XX^T (2m^2 n), A^2 (2m^3) and BX (2m^2 n)."""
     m, n = sorted(unit_shape)
     return steps * (4 * m * m * n + 2 * m**3)
 
