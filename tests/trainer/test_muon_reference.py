@@ -3,6 +3,8 @@ or expert slice, torch.optim.AdamW on the rest; routing rules; and a real traini
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -27,6 +29,16 @@ MUON_ATOL = 1e-4
 # AdamW: the same float32 arithmetic as torch.optim.AdamW(foreach=False); only the order in which
 # the bias corrections are folded in may differ, which moves the last float32 bit.
 ADAMW_RTOL, ADAMW_ATOL = 1e-6, 1e-7
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    # These tensors are tiny; on a shared two-core machine, OpenMP threads spinning against other
+    # processes make them 10-40x slower than one thread.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 def _grads(shapes: list[tuple[int, ...]], steps: int, seed: int) -> list[list[torch.Tensor]]:

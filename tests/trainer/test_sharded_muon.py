@@ -14,6 +14,8 @@ this test is about: the optimizer.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from typing import Any
 
 import pytest
@@ -46,6 +48,16 @@ F32_ATOL = 1e-6
 # Losses of the FSDP forward and the unsharded one on equal parameters: float32 sums in another
 # order (~1e-7 relative on a loss of ~4).
 LOSS_ATOL = 1e-5
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    # These tensors are tiny; on a shared two-core machine, OpenMP threads spinning against other
+    # processes make them 10-40x slower than one thread.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 def _tokens(step: int) -> torch.Tensor:
