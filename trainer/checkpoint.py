@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,17 @@ def _world_size() -> int:
 def _barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
+
+
+def _dcp(operation: Any, state: dict[str, Any], path: Path) -> None:
+    """`dcp.save` or `dcp.load`; without a process group, a single-process one."""
+    if dist.is_initialized():
+        operation(state, checkpoint_id=path)
+        return
+    with warnings.catch_warnings():
+        # DCP warns on every single-process use; here that is the plain (world_size 1) run, on purpose.
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        operation(state, checkpoint_id=path, no_dist=True)
 
 
 def _rng_state() -> dict[str, torch.Tensor]:
@@ -130,7 +142,7 @@ class Checkpointer:
         _barrier()
         to_save = self._state(model, optimizer)
         to_save["trainer"] = {"step": state.step, "data": state.data}
-        dcp.save(to_save, checkpoint_id=partial)
+        _dcp(dcp.save, to_save, partial)
         _barrier()
         if _rank() == 0:
             manifest = {"step": state.step, "world_size": _world_size()}
@@ -156,7 +168,7 @@ class Checkpointer:
             )
         to_load = self._state(model, optimizer)
         to_load["trainer"] = {"step": like.step, "data": dict(like.data)}
-        dcp.load(to_load, checkpoint_id=path)
+        _dcp(dcp.load, to_load, path)
         set_state_dict(model, optimizer, model_state_dict=to_load["model"],
                        optim_state_dict=to_load["optimizer"])
         _set_rng_state(to_load[f"rng_rank{_rank()}"])

@@ -29,6 +29,7 @@ __all__ = [
     "ByteTokenizer",
     "DataConfig",
     "PackedSequences",
+    "check_sources",
     "local_slice",
     "write_code_corpus",
 ]
@@ -72,9 +73,28 @@ class ByteTokenizer:
         """BOS, the UTF-8 bytes of `text`, EOS."""
         return [self.bos_id, *text.encode("utf-8"), self.eos_id]
 
+    def encode_tensor(self, text: str) -> torch.Tensor:
+        """`encode` as an int64 tensor, without a Python int per byte."""
+        import torch
+
+        encoded = bytearray(text.encode("utf-8"))
+        body = torch.frombuffer(encoded, dtype=torch.uint8) if encoded else torch.empty(0, dtype=torch.uint8)
+        return torch.cat([torch.tensor([self.bos_id]), body.long(), torch.tensor([self.eos_id])])
+
     def decode(self, ids: Sequence[int]) -> str:
         """Text of the byte tokens in `ids`; special tokens are dropped."""
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+def check_sources(config: DataConfig) -> None:
+    """Raise ValueError naming the first Parquet file that is missing and will not be built."""
+    buildable = {config.parquet[0]} if config.build_from else set()
+    for name in config.parquet:
+        if name not in buildable and not Path(name).is_file():
+            raise ValueError(f"data.parquet file {name!r} does not exist (and data.build_from does not make it)")
+    for source in config.build_from:
+        if not Path(source).is_dir():
+            raise ValueError(f"data.build_from folder {source!r} does not exist")
 
 
 def write_code_corpus(sources: Sequence[Path], out: Path, *, suffix: str = ".py") -> int:
@@ -126,16 +146,16 @@ class PackedSequences:
 
         self.config = config
         self.seed = seed
-        ids: list[int] = []
+        documents: list[torch.Tensor] = []
         for name in config.parquet:
             table = pq.read_table(name, columns=[config.text_column])
-            for text in table.column(config.text_column).to_pylist():
-                ids.extend(tokenizer.encode(text))
-        self.tokens = torch.tensor(ids, dtype=torch.int64)
-        self.num_sequences = (len(ids) - 1) // config.seq_len
+            texts = table.column(config.text_column).to_pylist()
+            documents.extend(tokenizer.encode_tensor(text) for text in texts)
+        self.tokens = torch.cat(documents)
+        self.num_sequences = (len(self.tokens) - 1) // config.seq_len
         if self.num_sequences < config.global_batch:
             raise ValueError(
-                f"the corpus has {len(ids)} tokens, {self.num_sequences} sequences of seq_len"
+                f"the corpus has {len(self.tokens)} tokens, {self.num_sequences} sequences of seq_len"
                 f" {config.seq_len}: fewer than global_batch ({config.global_batch})"
             )
         self.position = 0

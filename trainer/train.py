@@ -149,12 +149,13 @@ def build_optimizer(config: OptimizerConfig, model: nn.Module, *, distributed: b
     """Muon + AdamW (`trainer.muon_reference`; `trainer.sharded_muon` on FSDP2-sharded models), or
     AdamW alone through the same class, so both names save and resume the same way."""
     from trainer.muon_reference import MuonWithAdamW, build_muon_adamw
+    from trainer.sharded_muon import build_sharded_muon_adamw
 
     if config.name == "adamw":
         return MuonWithAdamW(model.named_parameters(), layouts={}, adamw=config.adamw,
                              routing=ADAMW_ONLY_ROUTING)
     if distributed:
-        raise NotImplementedError("sharded Muon is not wired in yet; use optimizer.name = \"adamw\"")
+        return build_sharded_muon_adamw(model, muon=config.muon, adamw=config.adamw)
     return build_muon_adamw(model, muon=config.muon, adamw=config.adamw)
 
 

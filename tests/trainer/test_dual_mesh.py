@@ -1,5 +1,6 @@
 """One training step of the tiny model under dual-mesh HSDP (+ context parallelism) on real gloo
-ranks equals the same step in one plain process on the same global batch, parameter by parameter.
+ranks equals the same step in one plain process on the same global batch, parameter by parameter:
+sharded Muon + AdamW against the reference optimizer, as the recipes train.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ SEQ_LEN = 32
 GLOBAL_BATCH = 8
 SEED = 3
 
-# Float32 throughout. The sharded step sums gradients in a different order (reduce-scatter and
-# all-reduce across ranks, attention split over cp ranks), so parameters agree to rounding, not
-# bits. AdamW's first step moves each weight by about lr * sign(grad), so 1e-5 absolute (1% of
-# lr = 1e-3) leaves room for rounding and still catches any wrong gradient, shard or scale.
+# Float32 throughout, Newton-Schulz included (ns_dtype float32). The sharded step sums gradients
+# in a different order (reduce-scatter and all-reduce across ranks, attention split over cp
+# ranks), so parameters agree to rounding, not bits: measured <= 5e-7. The first step moves every
+# weight by ~1e-3 (AdamW: lr * sign(grad)) to ~1e-2 (Muon), so 1e-5 absolute is 1% of the
+# smallest move and still catches any wrong shard, owner or update.
 PARAM_ATOL = 1e-5
 LOSS_RTOL = 1e-6
 # Gradients (up to ~3e-2 here) agree to ~3e-7 relative, 1e-8 absolute at worst; these bounds are
@@ -108,8 +110,8 @@ def _check_against_single_process(results: list[dict[str, object]], dims: Parall
 def test_step_on_4_ranks_matches_single_process() -> None:
     # Dense shard group of all 4 ranks; experts split over pairs and replicated twice.
     dims = ParallelDims(dp_replicate=1, dp_shard=2, cp=2, ep=2, world_size=4)
-    results = run_gloo(4, _distributed_step, dims, "adamw")
-    _check_against_single_process(results, dims, "adamw")
+    results = run_gloo(4, _distributed_step, dims, "muon")
+    _check_against_single_process(results, dims, "muon")
 
 
 @pytest.mark.parametrize(
@@ -123,5 +125,5 @@ def test_step_on_4_ranks_matches_single_process() -> None:
     ids=["r2-s2-cp2-ep4", "s4-cp2-ep8"],
 )
 def test_step_on_8_ranks_matches_single_process(dims: ParallelDims) -> None:
-    results = run_gloo(8, _distributed_step, dims, "adamw")
-    _check_against_single_process(results, dims, "adamw")
+    results = run_gloo(8, _distributed_step, dims, "muon")
+    _check_against_single_process(results, dims, "muon")

@@ -1,0 +1,223 @@
+"""Training recipes: a TOML file loaded into the typed configs of the modules that own them.
+
+A recipe has top-level keys ``mode``, ``seed`` and ``output_dir`` and the sections
+
+    [launch]     LaunchConfig      (this module)            device and process counts
+    [parallel]   ParallelDims      (trainer.parallel_dims)  world_size is derived from [launch]
+    [model]      ModelConfig       (trainer.model)          ``preset`` plus any field to override
+    [data]       DataConfig        (trainer.data)
+    [optimizer]  OptimizerConfig   (trainer.train)          with [optimizer.muon], [optimizer.adamw]
+    [train]      TrainConfig       (trainer.train)
+    [checkpoint] CheckpointConfig  (trainer.checkpoint)
+
+Unknown keys are errors that name the key and list the valid ones. ``--set section.key=value``
+overrides (TOML values: strings are quoted) are applied to the raw table before it is typed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.checkpoint import CheckpointConfig
+from trainer.data import ByteTokenizer, DataConfig
+from trainer.model import ModelConfig, config_from_preset
+from trainer.muon_reference import AdamWConfig, MuonConfig
+from trainer.parallel_dims import ParallelDims
+from trainer.train import OptimizerConfig, TrainConfig
+
+__all__ = ["MODES", "LaunchConfig", "Recipe", "apply_overrides", "load_recipe", "recipe_from_dict"]
+
+MODES = ("pretrain",)
+"""Training modes a recipe can name (the RL mode arrives with the RL trainer)."""
+
+_DEVICES = {"cpu": "gloo", "cuda": "nccl"}
+
+
+@dataclass(kw_only=True, slots=True)
+class LaunchConfig:
+    """Where the processes run and how many there are."""
+
+    device: str = "cpu"
+    """"cpu" (gloo process groups) or "cuda" (nccl, one GPU per process)."""
+    nnodes: int = 1
+    """Machines; the launcher starts single-node runs itself (see recipes/train/README.md)."""
+    nproc_per_node: int = 1
+    """Processes per machine; with nnodes, the world size."""
+
+    def __post_init__(self) -> None:
+        if self.device not in _DEVICES:
+            raise ValueError(f"device must be one of {sorted(_DEVICES)}, got {self.device!r}")
+        if self.nnodes < 1:
+            raise ValueError(f"nnodes must be >= 1, got {self.nnodes}")
+        if self.nproc_per_node < 1:
+            raise ValueError(f"nproc_per_node must be >= 1, got {self.nproc_per_node}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+    @property
+    def backend(self) -> str:
+        """The torch.distributed backend of `device`."""
+        return _DEVICES[self.device]
+
+
+@dataclass(kw_only=True, slots=True)
+class Recipe:
+    """One training run, fully typed; `to_dict()` is the resolved form recorded beside the output."""
+
+    mode: str
+    """What the trainer does; one of MODES."""
+    seed: int = 0
+    """Seeds the weights, the data order and each rank's RNG."""
+    output_dir: str
+    """Metrics, checkpoints and run records go here (relative paths are from the working folder)."""
+    launch: LaunchConfig
+    """Processes and device."""
+    parallel: ParallelDims
+    """Parallel degrees."""
+    model_preset: str
+    """Name of the preset `model` started from."""
+    model: ModelConfig
+    """The architecture after overrides."""
+    data: DataConfig
+    """The token stream."""
+    optimizer: OptimizerConfig
+    """Muon + AdamW (or AdamW alone) and the learning-rate warmup."""
+    train: TrainConfig
+    """Steps, dtype, loss terms."""
+    checkpoint: CheckpointConfig
+    """Checkpoint cadence."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if not self.output_dir:
+            raise ValueError("output_dir must not be empty")
+        dims, data, model = self.parallel, self.data, self.model
+        if data.seq_len > model.max_seq_len:
+            raise ValueError(f"data.seq_len ({data.seq_len}) exceeds model.max_seq_len ({model.max_seq_len})")
+        if data.seq_len % dims.cp:
+            raise ValueError(f"data.seq_len ({data.seq_len}) must be divisible by parallel.cp ({dims.cp})")
+        if data.global_batch % dims.dp:
+            raise ValueError(
+                f"data.global_batch ({data.global_batch}) must be divisible by parallel.dp_replicate"
+                f" ({dims.dp_replicate}) * parallel.dp_shard ({dims.dp_shard}) = {dims.dp}"
+            )
+        if model.n_experts % dims.ep:
+            raise ValueError(f"parallel.ep ({dims.ep}) must divide model.n_experts ({model.n_experts})")
+        if ByteTokenizer.vocab_size > model.vocab_size:
+            raise ValueError(
+                f"model.vocab_size ({model.vocab_size}) is smaller than the tokenizer's"
+                f" ({ByteTokenizer.vocab_size})"
+            )
+        if self.train.dtype == "bfloat16" and self.launch.device == "cpu":
+            raise ValueError("train.dtype bfloat16 needs launch.device cuda")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved recipe as plain data (presets expanded, defaults filled in)."""
+        resolved = dataclasses.asdict(self)
+        resolved["parallel"] = dataclasses.asdict(self.parallel)
+        return resolved
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A copy of `raw` with each "dotted.key=value" set; value is TOML ("text" needs its quotes)."""
+    import copy
+
+    result = copy.deepcopy(raw)
+    for override in overrides:
+        key, sep, text = override.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {override!r} must look like section.key=value")
+        try:
+            value = tomllib.loads(f"value = {text}")["value"]
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"override {override!r}: {text!r} is not a TOML value (quote strings): {err}") from None
+        *sections, leaf = key.split(".")
+        table = result
+        for section in sections:
+            table = table.setdefault(section, {})
+            if not isinstance(table, dict):
+                raise ValueError(f"override {override!r}: {section!r} is not a section")
+        table[leaf] = value
+    return result
+
+
+def _typed(cls: type, table: Any, section: str, **extra: Any) -> Any:
+    """`cls(**table, **extra)`, with unknown or missing keys reported by section and name."""
+    if not isinstance(table, dict):
+        raise ValueError(f"[{section}] must be a table, got {table!r}")
+    fields = {field.name: field for field in dataclasses.fields(cls) if field.name not in extra}
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown key {section}.{unknown[0]}; valid keys: {', '.join(sorted(fields))}")
+    missing = [
+        name for name, field in fields.items()
+        if name not in table
+        and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(f"missing key {section}.{missing[0]}")
+    values = {}
+    for name, value in table.items():
+        # TOML has arrays, not tuples; fields whose default is a tuple take tuples.
+        if isinstance(value, list) and isinstance(fields[name].default, tuple):
+            value = tuple(value)
+        values[name] = value
+    return cls(**values, **extra)
+
+
+def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
+    """Type a raw recipe table (as read from TOML)."""
+    sections = {"launch", "parallel", "model", "data", "optimizer", "train", "checkpoint"}
+    top = {"mode", "seed", "output_dir"}
+    unknown = sorted(set(raw) - sections - top)
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]}; valid keys: {', '.join(sorted(sections | top))}")
+    for name in ("mode", "output_dir"):
+        if name not in raw:
+            raise ValueError(f"missing key {name}")
+    launch = _typed(LaunchConfig, raw.get("launch", {}), "launch")
+    parallel = _typed(ParallelDims, raw.get("parallel", {}), "parallel", world_size=launch.world_size)
+
+    model_table = dict(raw.get("model", {}))
+    preset = model_table.pop("preset", None)
+    if preset is None:
+        raise ValueError("missing key model.preset")
+    model_fields = {field.name for field in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(model_table) - model_fields)
+    if unknown:
+        raise ValueError(f"unknown key model.{unknown[0]}; valid keys: preset, {', '.join(sorted(model_fields))}")
+    model = config_from_preset(preset, **model_table)
+
+    optimizer_table = dict(raw.get("optimizer", {}))
+    muon = _typed(MuonConfig, optimizer_table.pop("muon", {}), "optimizer.muon")
+    adamw = _typed(AdamWConfig, optimizer_table.pop("adamw", {}), "optimizer.adamw")
+    optimizer = _typed(OptimizerConfig, optimizer_table, "optimizer", muon=muon, adamw=adamw)
+
+    return Recipe(
+        mode=raw["mode"],
+        seed=raw.get("seed", 0),
+        output_dir=raw["output_dir"],
+        launch=launch,
+        parallel=parallel,
+        model_preset=preset,
+        model=model,
+        data=_typed(DataConfig, raw.get("data", {}), "data"),
+        optimizer=optimizer,
+        train=_typed(TrainConfig, raw.get("train", {}), "train"),
+        checkpoint=_typed(CheckpointConfig, raw.get("checkpoint", {}), "checkpoint"),
+    )
+
+
+def load_recipe(path: Path, overrides: Sequence[str] = ()) -> Recipe:
+    """Read a TOML recipe, apply `overrides`, and type it."""
+    with open(path, "rb") as file:
+        raw = tomllib.load(file)
+    return recipe_from_dict(apply_overrides(raw, overrides))
