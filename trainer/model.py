@@ -16,7 +16,7 @@ import math
 import re
 import zlib
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -27,8 +27,8 @@ __all__ = [
     "Attention",
     "GroupedExperts",
     "MatrixLayout",
-    "ModelConfig",
     "MoE",
+    "ModelConfig",
     "RMSNorm",
     "Transformer",
     "TransformerBlock",
@@ -237,6 +237,9 @@ class TransformerBlock(nn.Module):
 
 
 class Transformer(nn.Module):
+    rope_cos: Tensor
+    rope_sin: Tensor
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
@@ -263,7 +266,7 @@ class Transformer(nn.Module):
 
     def aux_loss(self) -> Tensor:
         """Mean over layers of the load-balancing loss of the latest forward."""
-        losses = [layer.moe.aux_loss for layer in self.layers]
+        losses = [cast(TransformerBlock, layer).moe.aux_loss for layer in self.layers]
         if any(loss is None for loss in losses):
             raise RuntimeError("aux_loss() needs a forward pass first")
         return torch.stack(losses).mean()  # type: ignore[arg-type]

@@ -30,11 +30,11 @@ from trainer.model import MatrixLayout, matrix_layouts
 __all__ = [
     "DEFAULT_ROUTING",
     "KELLER_COEFFICIENTS",
+    "NS_DTYPES",
     "AdamWConfig",
     "LrScaling",
     "MuonConfig",
     "MuonWithAdamW",
-    "NS_DTYPES",
     "RoutingRule",
     "adamw_update",
     "build_muon_adamw",
@@ -231,15 +231,15 @@ def _param_groups(
             missing = [name for name, _ in members if name not in layouts]
             if missing:
                 raise ValueError(f"Muon parameters need a matrix layout; none for {missing}")
-            group = dict(algorithm="muon", rule=rule.pattern, lr=muon.lr * rule.lr_scale,
-                         weight_decay=muon.weight_decay if rule.weight_decay is None else rule.weight_decay,
-                         momentum=muon.momentum, nesterov=muon.nesterov,
-                         ns_coefficients=tuple(muon.ns_coefficients), ns_steps=muon.ns_steps, eps=muon.eps,
-                         ns_dtype=muon.ns_dtype, lr_scaling=muon.lr_scaling)
+            group = {"algorithm": "muon", "rule": rule.pattern, "lr": muon.lr * rule.lr_scale,
+                     "weight_decay": muon.weight_decay if rule.weight_decay is None else rule.weight_decay,
+                     "momentum": muon.momentum, "nesterov": muon.nesterov,
+                     "ns_coefficients": tuple(muon.ns_coefficients), "ns_steps": muon.ns_steps, "eps": muon.eps,
+                     "ns_dtype": muon.ns_dtype, "lr_scaling": muon.lr_scaling}
         else:
-            group = dict(algorithm="adamw", rule=rule.pattern, lr=adamw.lr * rule.lr_scale,
-                         weight_decay=adamw.weight_decay if rule.weight_decay is None else rule.weight_decay,
-                         betas=tuple(adamw.betas), eps=adamw.eps)
+            group = {"algorithm": "adamw", "rule": rule.pattern, "lr": adamw.lr * rule.lr_scale,
+                     "weight_decay": adamw.weight_decay if rule.weight_decay is None else rule.weight_decay,
+                     "betas": tuple(adamw.betas), "eps": adamw.eps}
         groups.append({"params": members, **group})
     return groups
 

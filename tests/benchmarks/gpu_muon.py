@@ -17,6 +17,7 @@ Without CUDA (and without --dry-run) it says so and exits 0.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -25,7 +26,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
 
 from trainer.model import PRESETS, ModelConfig, Transformer, count_parameters
 from trainer.muon_reference import KELLER_COEFFICIENTS, AdamWConfig, MuonConfig, build_muon_adamw, newton_schulz
@@ -62,11 +62,8 @@ def bench_newton_schulz(device: torch.device, *, dry_run: bool, peak_tflops: flo
     rows = []
     print(f"{'Newton-Schulz (bf16, 5 steps)':<30}{'batch':>7}{'shape':>13}{'ms':>9}{'TFLOP/s':>10}{'of peak':>9}")
     for label, n, a, b in shapes:
-        G = torch.randn(n, a, b, device=device)
-
-        def run() -> Tensor:
-            return newton_schulz(G, coefficients=KELLER_COEFFICIENTS, steps=5, eps=1e-7, dtype=torch.bfloat16)
-
+        run = functools.partial(newton_schulz, torch.randn(n, a, b, device=device), coefficients=KELLER_COEFFICIENTS,
+                                steps=5, eps=1e-7, dtype=torch.bfloat16)
         seconds = _timed(run, device=device, warmup=3, repeats=3 if dry_run else 20)
         tflops = n * newton_schulz_flops((a, b), 5) / seconds / 1e12
         rows.append({"label": label, "batch": n, "shape": [a, b], "seconds": seconds, "tflops": tflops,

@@ -3,6 +3,7 @@ and the matrix layouts the optimizer relies on."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import pytest
@@ -156,7 +157,7 @@ def test_split_merge_and_shard_pieces(layout: MatrixLayout, shape: tuple[int, ..
     # Any split of dim 0 (here uneven, with an empty shard) gives pieces that tile every unit.
     rebuilt = torch.full_like(batch, float("nan"))
     bounds = [0, 1, 1, shape[0] - 1, shape[0]]
-    for start, stop in zip(bounds, bounds[1:]):
+    for start, stop in itertools.pairwise(bounds):
         for unit, row, piece in layout.shard_pieces(full[start:stop], start, full.shape):
             assert piece.shape[1] == b
             rebuilt[unit, row:row + piece.shape[0]] = piece

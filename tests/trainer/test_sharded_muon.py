@@ -15,7 +15,6 @@ this test is about: the optimizer.
 from __future__ import annotations
 
 from collections.abc import Iterator
-
 from typing import Any
 
 import pytest
