@@ -32,9 +32,11 @@ __all__ = [
     "RMSNorm",
     "Transformer",
     "TransformerBlock",
+    "apply_rotary",
     "config_from_preset",
     "count_parameters",
     "matrix_layouts",
+    "rotary_tables",
 ]
 
 
