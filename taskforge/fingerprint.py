@@ -39,8 +39,10 @@ from types import CodeType
 from typing import Any
 
 from taskforge.audit_scan import (
+    ANCHOR_WORDS,
     MIN_WORD,
     anchor_word,
+    is_distinctive,
     iter_tokens,
     ngram_hashes,
     normalize_docstring,
@@ -63,12 +65,13 @@ DOCSTRING_CHARS = 160
 """Docstrings are cut to their first 160 characters: rendered docs keep the opening sentences
 verbatim more often than the reST-heavy rest."""
 MIN_BODY_NAMES = 3
-MAX_ANCHOR_RATE = 2e-3
-"""An n-gram is kept only if the share of standard library modules expected to hold both of its
-anchor words (independence assumed) is at most this: one word no module uses, or two that are
-each in a few percent. Every kept n-gram makes the audit tokenize the files that hold its pair,
-so this bounds the audit's cost; an n-gram of common words only would make it tokenize half of
-site-packages for evidence the other n-grams give anyway."""
+MAX_ANCHOR_RATE = 2e-4
+"""An n-gram is kept only if the share of standard library modules expected to hold all of its
+anchor words (independence assumed) is at most this: a word no module uses with one in every
+seventh module, or three that are each in one module of twenty. Every kept n-gram makes the
+audit tokenize the files that hold its anchor, so this bounds the audit's cost; an n-gram of
+common words only would make it tokenize half of site-packages for evidence the other n-grams
+give anyway."""
 STRATEGIES = ("body", "symbol", "module")
 _PYTHON_SUFFIXES = (".py", ".pyi")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -94,8 +97,8 @@ class Fingerprint:
     n: int = DEFAULT_NGRAM
     """The n-gram size."""
     anchors: list[list[str]] = field(default_factory=list)
-    """Word pairs the audit's prefilter looks for: every n-gram holds both words of one (or the
-    one word, when it has a single rare one). Only files holding a pair are tokenized."""
+    """Word sets (up to three words, rarest first) the audit's prefilter looks for: every n-gram
+    holds all words of one. Only files that hold all words of an anchor are tokenized."""
     bodies: dict[str, list[str]] = field(default_factory=dict)
     """Hollowed function (qualname) -> the names its removed body used (body tasks): its bytecode
     lists them, the start state's ``raise NotImplementedError`` does not."""
@@ -108,7 +111,7 @@ class Fingerprint:
         return {
             "n": self.n,
             "ngrams": list(self.ngrams),
-            "anchors": [list(pair) for pair in self.anchors],
+            "anchors": [list(words) for words in self.anchors],
             "signatures": list(self.signatures),
             "names": list(self.names),
             "constants": list(self.constants),
@@ -122,7 +125,7 @@ class Fingerprint:
         return cls(
             n=int(data["n"]),
             ngrams=[int(h) for h in data.get("ngrams", ())],
-            anchors=[[str(w) for w in pair] for pair in data.get("anchors", ())],
+            anchors=[[str(w) for w in words] for words in data.get("anchors", ())],
             signatures=[str(s) for s in data.get("signatures", ())],
             names=[str(s) for s in data.get("names", ())],
             constants=[str(s) for s in data.get("constants", ())],
@@ -415,14 +418,23 @@ def _cut_docstring(docstring: str) -> str:
 
 
 def _ngram_anchor(words: set[str], vocabulary: _Vocabulary, state: _StartState) -> tuple[str, ...] | None:
-    """The two rarest words of an n-gram, rarest first, if files holding both are rare enough
-    (see :data:`MAX_ANCHOR_RATE`); None for an n-gram of common words only."""
+    """The rarest words of an n-gram (up to :data:`ANCHOR_WORDS`), rarest first, if files holding
+    all of them are rare enough (:data:`MAX_ANCHOR_RATE`) or the rarest is the project's own
+    name; None for an n-gram of common words."""
     ranked = sorted(words, key=lambda w: (vocabulary.rate(w), state.document_frequency.get(w, 0), -len(w), w))
-    pair = tuple(ranked[:2])
+    chosen = tuple(ranked[:ANCHOR_WORDS])
     rate = 1.0
-    for word in pair:
+    for word in chosen:
         rate *= vocabulary.rate(word)
-    return pair if pair and rate <= MAX_ANCHOR_RATE else None
+    if chosen and (rate <= MAX_ANCHOR_RATE or _own_name(chosen[0], vocabulary)):
+        return chosen
+    return None
+
+
+def _own_name(word: str, vocabulary: _Vocabulary) -> bool:
+    """A project's own identifier (``_merge_continuations``): long, several words, never used in
+    the standard library. It anchors an n-gram on its own."""
+    return word not in vocabulary.document_frequency and is_distinctive(word)
 
 
 def _test_still_visible(node_id: str, visible: Mapping[str, str]) -> bool:
@@ -545,7 +557,7 @@ def build_fingerprint(
 
 def _without_visible(fingerprint: Fingerprint, visible: Mapping[str, str], anchors: Mapping[int, tuple[str, ...]]) -> Fingerprint:
     """Drop every item the audit's own matchers find in the start state (see the module doc)."""
-    words = {w for pair in fingerprint.anchors for w in pair}
+    words = {w for anchor in fingerprint.anchors for w in anchor}
     words.update(w for item in (*fingerprint.names, *fingerprint.signatures, *fingerprint.constants)
                  if (w := anchor_word(item)) is not None)
     words.update(q.rsplit(".", 1)[-1] for q in fingerprint.bodies)
