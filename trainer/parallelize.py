@@ -100,11 +100,14 @@ class ContextParallelAttention(nn.Module):
         k_BKTS = apply_rotary(k_BKTS, cos_TS[start:start + T], sin_TS[start:start + T])
         k_BKUS = all_gather_sequence(k_BKTS, self.cp_group, dim=2)  # U: the whole sequence, cp*T
         v_BKUS = all_gather_sequence(v_BKTS, self.cp_group, dim=2)
+        # Each key/value head serves n_heads / n_kv_heads query heads (what enable_gqa does); repeated
+        # explicitly, since GPU kernels that take a mask do not all take grouped heads.
+        k_BHUS = k_BKUS.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+        v_BHUS = v_BKUS.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
         query_pos_T = torch.arange(start, start + T, device=x_BTD.device)
         key_pos_U = torch.arange(cp_size * T, device=x_BTD.device)
         causal_TU = key_pos_U[None, :] <= query_pos_T[:, None]
-        out_BHTS = F.scaled_dot_product_attention(q_BHTS, k_BKUS, v_BKUS, attn_mask=causal_TU,
-                                                  enable_gqa=self.n_kv_heads != self.n_heads)
+        out_BHTS = F.scaled_dot_product_attention(q_BHTS, k_BHUS, v_BHUS, attn_mask=causal_TU)
         return self.wo(out_BHTS.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
 

@@ -116,8 +116,9 @@ class Recipe:
                 f"model.vocab_size ({model.vocab_size}) is smaller than the tokenizer's"
                 f" ({ByteTokenizer.vocab_size})"
             )
-        if self.train.dtype == "bfloat16" and self.launch.device == "cpu":
-            raise ValueError("train.dtype bfloat16 needs launch.device cuda")
+        if self.train.dtype == "bfloat16" and (self.launch.device == "cpu" or dims.world_size == 1):
+            # bf16 compute is FSDP2's mixed precision: sharded float32 weights, bf16 all-gathers.
+            raise ValueError("train.dtype bfloat16 needs launch.device cuda and a world_size above 1")
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved recipe as plain data (presets expanded, defaults filled in)."""

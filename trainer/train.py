@@ -262,8 +262,7 @@ def pretrain(recipe: Recipe) -> None:
     distributed = dims.world_size > 1
     rank = dist.get_rank() if distributed else 0
     if recipe.launch.device == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
+        device = torch.device("cuda", torch.cuda.current_device())
     else:
         device = torch.device("cpu")
     out = Path(recipe.output_dir)
@@ -336,6 +335,9 @@ def run(recipe: Recipe) -> None:
                 f"the recipe needs {recipe.parallel.world_size} processes but WORLD_SIZE is {world};"
                 " launch it with taskforge-train (or torchrun --nproc-per-node)"
             )
+        if recipe.launch.device == "cuda":
+            # Before the process group, so that NCCL binds this rank to its own GPU.
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group(recipe.launch.backend)
     try:
         pretrain(recipe)

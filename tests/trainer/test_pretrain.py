@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,16 @@ from trainer.recipe import apply_overrides, load_recipe
 REPO = Path(__file__).resolve().parents[2]
 TINY_RECIPE = REPO / "recipes" / "train" / "tiny-cpu.toml"
 H200_RECIPE = REPO / "recipes" / "train" / "h200x8-cp2-ep8.toml"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    # The in-process steps are tiny; on a shared two-core machine, OpenMP threads spinning against
+    # other processes make them many times slower than one thread.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +75,7 @@ def test_repository_recipes_load() -> None:
         ("model.dimm=3", "unknown key model.dimm"),
         ("optimizer.muon.lr=-1", "lr must be >= 0"),
         ("train.steps=oops", "is not a TOML value"),
+        ("train.dtype='bfloat16'", "bfloat16 needs launch.device cuda"),
     ],
 )
 def test_recipe_errors_name_the_key(override: str, message: str) -> None:
