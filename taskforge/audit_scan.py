@@ -605,15 +605,14 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
         if i not in item_tasks:
             continue
         if task.def_re is not None:
-            for match in task.def_re.finditer(text):
-                name = match.group(1)
-                if name in task.names:
-                    weight = MEDIUM if is_distinctive(name) else WEAK
-                    evidence.add(i, ("symbol", name), "name", f"def/class {name}", weight, name)
-                if name in task.signatures:
-                    if tokens is None:
-                        tokens = _tokens(text)
-                    _match_signatures_in_tokens(index, i, tokens, evidence)
+            defined = {match.group(1) for match in task.def_re.finditer(text)}
+            for name in defined & task.names:
+                weight = MEDIUM if is_distinctive(name) else WEAK
+                evidence.add(i, ("symbol", name), "name", f"def/class {name}", weight, name)
+            if not defined.isdisjoint(task.signatures):
+                if tokens is None:
+                    tokens = _tokens(text)
+                _match_signatures_in_tokens(index, i, tokens, evidence)
         dotted_re = task.dotted_re
         if dotted_re is not None:
             found = (
@@ -964,6 +963,7 @@ class _Scanner:
     def walk(self, root: str) -> None:
         root = os.path.abspath(root)
         if not os.path.lexists(root):
+            self.skipped.append({"path": root, "reason": "missing"})
             return
         stack = [root]
         while stack:

@@ -201,6 +201,23 @@ def test_tokens_ignore_layout_comments_and_quote_style() -> None:
     assert [t for _, t in iter_tokens(a)] == [t for _, t in iter_tokens(b)] == ["x", "=", "f", "(", '"a b"', ",", "2", ")"]
 
 
+def test_fast_tokenizer_agrees_with_the_plain_one() -> None:
+    # The scanner's cached tokenizer against iter_tokens, which the fingerprint uses.
+    for path in (ORIGINAL / "stanzakit/headers.py", Path(audit_scan.__file__), Path(__file__)):
+        text = path.read_text()
+        assert audit_scan._tokens(text) == [t for _, t in iter_tokens(text)]
+
+
+def test_rolling_ngram_hash_agrees_with_hashing_each_window() -> None:
+    tokens = [t for _, t in iter_tokens((ORIGINAL / "stanzakit/ledger.py").read_text())]
+    n, modulus, base = 12, (1 << 61) - 1, audit_scan._HASH_BASE
+    naive = [
+        sum(audit_scan._token_value(t) * pow(base, n - 1 - i, modulus) for i, t in enumerate(tokens[s:s + n])) % modulus
+        for s in range(len(tokens) - n + 1)
+    ]
+    assert ngram_hashes(tokens, n) == naive and len(naive) > 100
+
+
 def test_ngram_hash_is_pinned_and_independent_of_the_process() -> None:
     tokens = ["def", "fold", "(", "line", ")", ":"]
     here = ngram_hashes(tokens, 4)
