@@ -43,7 +43,6 @@ unmarshalled (cheaper than a regex pass); archives, git objects and compressed f
 from __future__ import annotations
 
 import bz2
-import gzip
 import hashlib
 import html
 import importlib.util
@@ -63,7 +62,7 @@ import types
 import urllib.parse
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -72,8 +71,8 @@ __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "NGRAM_HITS",
     "REPORT_SCORE",
-    "anchor_words",
     "anchor_word",
+    "anchor_words",
     "code_signature_key",
     "is_distinctive",
     "iter_tokens",
@@ -132,7 +131,7 @@ _TOKEN_RE = re.compile(
 _QUOTES = "'\""
 # Words are maximal runs of ASCII letters, digits and "_" that start with a letter or "_" and
 # have five characters or more: anchors are chosen with this regex ...
-_WORD_S = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]{%d,}" % (MIN_WORD - 1))
+_WORD_S = re.compile(rf"(?<![A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]{{{MIN_WORD - 1},}}")
 # ... and found in files by splitting (translate + split runs at C speed, four times faster than
 # a regex on binaries): every byte that cannot be in a word becomes a space.
 _WORD_TABLE = bytes(c if chr(c).isascii() and (chr(c).isalnum() or c == 0x5F) else 0x20 for c in range(256))
@@ -144,21 +143,21 @@ _HASH_BASE = 0x5BD1E995
 # Words that make useless anchors: keywords, builtins, the names every Python file uses, and the
 # test tooling every sandbox installs (the standard library, which judges rarity, never says
 # "pytest"). A fixed list, so the host and any sandbox interpreter choose the same anchors.
-_COMMON_WORDS = frozenset(
-    """False await break class continue except finally global import lambda nonlocal raise
+_COMMON_WORDS_TEXT = """
+    False await break class continue except finally global import lambda nonlocal raise
     return while yield assert async
-    abs_ all_ append args bytes callable classmethod delattr dict_ divmod enumerate
+    append args bytes callable classmethod delattr divmod enumerate
     Exception filter float format frozenset getattr globals hasattr input isinstance issubclass
-    iter_ kwargs len_ list_ locals object other print property range repr_ reversed round
+    kwargs locals object other print property range reversed round
     setattr slice sorted staticmethod string super tuple value values items index count start
-    result object_ update extend insert remove clear unicode encode decode strip split lower
+    result update extend insert remove clear unicode encode decode strip split lower
     upper replace startswith endswith __init__ __name__ __all__ __doc__ __file__ __class__
-    typing Optional Union Callable Iterable Iterator Sequence Mapping Any None_ TypeError
+    typing Optional Union Callable Iterable Iterator Sequence Mapping Any TypeError
     ValueError KeyError IndexError RuntimeError AttributeError NotImplementedError
     pytest raises fixture fixtures parametrize monkeypatch tmp_path tmpdir capsys caplog approx
     skipif xfail unittest TestCase assertEqual assertTrue assertFalse assertRaises assertIn setUp
-    tearDown hypothesis given strategies""".split()
-)
+    tearDown hypothesis given strategies"""
+_COMMON_WORDS = frozenset(_COMMON_WORDS_TEXT.split())
 
 
 def iter_tokens(text: str) -> Iterator[tuple[int, str]]:
@@ -196,7 +195,7 @@ def _tokens(text: str) -> list[str]:
     cache = _NORMAL_CACHE
     if len(cache) > _NORMAL_CACHE_SIZE:
         cache.clear()
-    out = []
+    out: list[str] = []
     append = out.append
     for token in _TOKEN_RE.findall(text):
         normal = cache.get(token, token)
@@ -595,7 +594,7 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                 hashes[task.n] = ngram_hashes(tokens, task.n)
             hits = {h for h in hashes[task.n] if h in task.ngrams}
             if hits:
-                covered = set()
+                covered: set[int] = set()
                 for pos, h in enumerate(hashes[task.n]):
                     if h in hits:
                         covered.update(range(pos, pos + task.n))
@@ -715,6 +714,9 @@ def _match_code(index: _Index, code: types.CodeType, evidence: _Evidence) -> Non
     _match_text(index, "\n".join(_code_strings(codes)), evidence)
 
 
+_MYPY_DEFINITIONS = ("FuncDef", "ClassDef", "TypeInfo", "Decorator", "OverloadedFuncDef")
+
+
 def _json_strings(value: Any, index: _Index, evidence: _Evidence) -> list[str]:
     """Every string of a JSON document (notebook source lines joined back into cells); mypy
     symbol tables and FuncDef nodes give names and signatures on the way."""
@@ -732,7 +734,7 @@ def _json_strings(value: Any, index: _Index, evidence: _Evidence) -> list[str]:
         elif isinstance(item, dict):
             node_class = item.get(".class")
             name = item.get("name")
-            if node_class in ("FuncDef", "ClassDef", "TypeInfo", "Decorator", "OverloadedFuncDef") and isinstance(name, str):
+            if node_class in _MYPY_DEFINITIONS and isinstance(name, str):
                 _match_names(index, (name,), evidence, f"mypy {node_class}")
                 if node_class == "FuncDef" and name in index.signature_names:
                     key = _mypy_signature_key(name, item.get("arg_names", ()), item.get("arg_kinds", ()))
@@ -749,7 +751,7 @@ def _java_class(data: bytes) -> tuple[list[str], list[str]] | None:
     """(every UTF8 constant, the names the class defines: class, fields, methods); None if
     ``data`` is not a class file (0xCAFEBABE is also the magic of Mach-O fat binaries)."""
     try:
-        minor, major, count = struct.unpack_from(">HHH", data, 4)
+        _, major, count = struct.unpack_from(">HHH", data, 4)
         if not 45 <= major <= 80:
             return None
         utf8: dict[int, str] = {}
@@ -1068,8 +1070,8 @@ class _Scanner:
     def _text(self, data: bytes, name: str, label: str, chain: tuple[str, ...]) -> None:
         lower = name.lower()
         is_json = lower.endswith(_TEXT_SUFFIXES_JSON) or data[:1] in (b"{", b"[")
-        gated = self.index.gated(_word_set(data, glued=is_json))
-        if not gated[0] and not gated[1]:
+        gated: tuple[set[int], set[int]] | None = self.index.gated(_word_set(data, glued=is_json))
+        if gated == (set(), set()):
             return
         text = data.decode("utf-8", "replace")
         evidence = _Evidence()

@@ -227,7 +227,8 @@ def _docstring_nodes(tree: ast.Module) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if _is_docstring(first):
+                assert isinstance(first, ast.Expr)
                 ids.add(id(first.value))
     return ids
 
@@ -264,10 +265,13 @@ def _is_hollow(node: ast.AST) -> bool:
     return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
 
 
+def _is_docstring(statement: ast.stmt) -> bool:
+    return (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+            and isinstance(statement.value.value, str))
+
+
 def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-        return body[1:]
-    return body
+    return body[1:] if body and _is_docstring(body[0]) else body
 
 
 def _body_names(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
@@ -563,7 +567,9 @@ def build_fingerprint(
     return _without_visible(fingerprint, visible, ngrams)
 
 
-def _without_visible(fingerprint: Fingerprint, visible: Mapping[str, str], anchors: Mapping[int, tuple[str, ...]]) -> Fingerprint:
+def _without_visible(
+    fingerprint: Fingerprint, visible: Mapping[str, str], anchors: Mapping[int, tuple[str, ...]]
+) -> Fingerprint:
     """Drop every item the audit's own matchers find in the start state (see the module doc)."""
     words = {w for anchor in fingerprint.anchors for w in anchor}
     words.update(w for item in (*fingerprint.names, *fingerprint.signatures, *fingerprint.constants)

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,8 @@ class Task:
 
     def audit(self, *roots: Path) -> list[dict[str, Any]]:
         result = scan({"fingerprints": {self.strategy: self.fingerprint.to_json()}, "roots": [str(r) for r in roots]})
-        return result["findings"][self.strategy]
+        findings: list[dict[str, Any]] = result["findings"][self.strategy]
+        return findings
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +116,7 @@ def workspace(root: Path, task: Task) -> Path:
 
 
 def run_python(cwd: Path, *args: str, env: Mapping[str, str] = QUIET) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, *args], check=False, cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(cwd), **env}, timeout=300)
 
 
@@ -347,8 +348,8 @@ def test_wheel_installed_into_site_packages(tmp_path: Path, tasks: dict[str, Tas
     assert found == {("stanzakit/ledger.py", "text"), (pyc_path("stanzakit/ledger.py"), "pyc")}
 
 
-def _sdist(source: Path, target: Path, mode: str) -> None:
-    with tarfile.open(target, mode) as archive:
+def _sdist(source: Path, target: Path, compression: str) -> None:
+    with tarfile.open(target, "w:gz" if compression == "gz" else "w:xz") as archive:
         for path in sorted(source.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 archive.add(path, arcname=f"stanzakit-1.0.0/{path.relative_to(source).as_posix()}")
@@ -365,10 +366,10 @@ def test_archive_in_a_temporary_folder(tmp_path: Path, tasks: dict[str, Task], b
     headers = (ORIGINAL / "stanzakit/headers.py").read_bytes()
     if archive == "wheel":
         shutil.copy(wheel, drop / wheel.name)
-        expected = {(f"tmp/{wheel.name}!/stanzakit/headers.py", "zip"), (f"tmp/{wheel.name}!/stanzakit/__init__.py", "zip")}
+        expected = {(f"tmp/{wheel.name}!/stanzakit/{module}", "zip") for module in ("headers.py", "__init__.py")}
     elif archive in ("sdist.tar.gz", "tar.xz"):
         name = "stanzakit-1.0.0." + archive.removeprefix("sdist.")
-        _sdist(ORIGINAL, drop / name, "w:gz" if archive.endswith("gz") else "w:xz")
+        _sdist(ORIGINAL, drop / name, "gz" if archive.endswith("gz") else "xz")
         expected = {(f"tmp/{name}!/stanzakit-1.0.0/stanzakit/headers.py", "tar"),
                     (f"tmp/{name}!/stanzakit-1.0.0/stanzakit/__init__.py", "tar"),
                     (f"tmp/{name}!/stanzakit-1.0.0/tests/test_headers.py", "tar")}
@@ -377,8 +378,10 @@ def test_archive_in_a_temporary_folder(tmp_path: Path, tasks: dict[str, Task], b
             zipped.writestr("stanzakit/headers.py", headers)
         expected = {("tmp/backup.zip!/stanzakit/headers.py", "zip")}
     else:
-        compress = {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}[archive]
-        (drop / f"headers.py.{archive}").write_bytes(compress(headers))
+        compressors: dict[str, Callable[[bytes], bytes]] = {
+            "gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress,
+        }
+        (drop / f"headers.py.{archive}").write_bytes(compressors[archive](headers))
         expected = {(f"tmp/headers.py.{archive}", {"gz": "gzip"}.get(archive, archive))}
     assert located(task.audit(ws, drop), tmp_path) == expected
 
@@ -489,8 +492,8 @@ def test_orig_backup(tmp_path: Path, tasks: dict[str, Task]) -> None:
 
 def test_built_docs_page_with_highlighted_source(tmp_path: Path, tasks: dict[str, Task]) -> None:
     pygments = pytest.importorskip("pygments")
-    from pygments.formatters import HtmlFormatter
-    from pygments.lexers import PythonLexer
+    from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
+    from pygments.lexers import PythonLexer  # type: ignore[import-untyped]
 
     task = tasks["body"]
     ws = workspace(tmp_path / "ws", task)
@@ -623,7 +626,8 @@ def test_clean_start_state_with_a_mypy_cache_has_no_findings(tmp_path: Path, tas
     task = tasks["symbol"]
     ws = workspace(tmp_path / "ws", task)
     for flags in ([], ["--no-sqlite-cache", "--no-fixed-format-cache"]):
-        result = run_python(ws, "-m", "mypy", "--cache-dir", str(ws / f".mypy_cache{len(flags)}"), *flags, "stanzakit")
+        cache = ws / f".mypy_cache{len(flags)}"
+        result = run_python(ws, "-m", "mypy", "--cache-dir", str(cache), *flags, "stanzakit")
         assert result.returncode == 0, result.stdout
     assert task.audit(ws) == []
 

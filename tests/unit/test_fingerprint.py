@@ -59,7 +59,10 @@ def test_body_fingerprint_leaves_out_the_signature_and_docstring_that_stay() -> 
     assert "fold_widget_header" not in fp.names
     assert fp.docstrings == []
     # Its body's constants and names are the evidence (bytecode keeps both).
-    assert {"widget header lacks a stanza separator", "#widget-remark", "continued-stanza", "stanza-overflow:"} <= set(fp.constants)
+    body_constants = {
+        "widget header lacks a stanza separator", "#widget-remark", "continued-stanza", "stanza-overflow:",
+    }
+    assert body_constants <= set(fp.constants)
     assert {"split_stanza", "_merge_continuations", "SEPARATOR", "overflow"} <= set(fp.bodies["fold_widget_header"])
     # Hidden tests are removed code too.
     assert "test_fold_widget_header_merges_continuations" in fp.names
@@ -173,7 +176,8 @@ def test_ngrams_of_common_words_only_are_left_out() -> None:
         "        result.append(str(key) + '=' + str(value))\n"
         "    return ';'.join(result)\n"
     )}
-    fp = build_fingerprint(before=before, after={"pkg/util.py": ""}, visible={"pkg/__init__.py": ""}, strategy="symbol")
+    fp = build_fingerprint(before=before, after={"pkg/util.py": ""}, visible={"pkg/__init__.py": ""},
+                           strategy="symbol")
     tokens = [t for _, t in iter_tokens(before["pkg/util.py"])]
     hashes = ngram_hashes(tokens, fp.n)
     kept = [i for i, h in enumerate(hashes) if h in fp.ngrams]
@@ -201,7 +205,8 @@ def test_arguments_are_checked() -> None:
 def test_tokens_ignore_layout_comments_and_quote_style() -> None:
     a = "x = f(r'a b',\n      2)  # a comment\n"
     b = 'x=f("a b", 2)\n'
-    assert [t for _, t in iter_tokens(a)] == [t for _, t in iter_tokens(b)] == ["x", "=", "f", "(", '"a b"', ",", "2", ")"]
+    expected = ["x", "=", "f", "(", '"a b"', ",", "2", ")"]
+    assert [t for _, t in iter_tokens(a)] == [t for _, t in iter_tokens(b)] == expected
 
 
 def test_fast_tokenizer_agrees_with_the_plain_one() -> None:
@@ -215,8 +220,9 @@ def test_rolling_ngram_hash_agrees_with_hashing_each_window() -> None:
     tokens = [t for _, t in iter_tokens((ORIGINAL / "stanzakit/ledger.py").read_text())]
     n, modulus, base = 12, (1 << 61) - 1, audit_scan._HASH_BASE
     naive = [
-        sum(audit_scan._token_value(t) * pow(base, n - 1 - i, modulus) for i, t in enumerate(tokens[s:s + n])) % modulus
-        for s in range(len(tokens) - n + 1)
+        sum(audit_scan._token_value(t) * pow(base, n - 1 - i, modulus) for i, t in enumerate(tokens[start:start + n]))
+        % modulus
+        for start in range(len(tokens) - n + 1)
     ]
     assert ngram_hashes(tokens, n) == naive and len(naive) > 100
 
@@ -227,8 +233,8 @@ def test_ngram_hash_is_pinned_and_independent_of_the_process() -> None:
     # Pinned: the host and every sandbox must agree forever (a fingerprint outlives its process).
     assert here == [2265512467385989387, 167571704067756576, 1158961524592652832]
     code = f"from taskforge.audit_scan import ngram_hashes; print(ngram_hashes({tokens!r}, 4))"
-    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONHASHSEED": "12345", "PYTHONPATH": str(Path(audit_scan.__file__).parents[1])},
-                         capture_output=True, text=True, check=True).stdout
+    env = {"PYTHONHASHSEED": "12345", "PYTHONPATH": str(Path(audit_scan.__file__).parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == here
 
 
@@ -248,7 +254,7 @@ def test_signature_keys_agree_between_source_bytecode_and_mypy() -> None:
 
 def test_audit_scan_imports_only_the_standard_library() -> None:
     tree = ast.parse(Path(audit_scan.__file__).read_text())
-    imported = set()
+    imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported.update(alias.name.split(".")[0] for alias in node.names)
