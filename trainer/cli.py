@@ -2,10 +2,11 @@
 
     taskforge-train --recipe recipes/train/tiny-cpu.toml [--set train.steps=50 ...]
 
-A recipe whose world size is 1 runs in this process. A larger single-node recipe becomes a torchrun
-launch (`python -m torch.distributed.run --standalone --nproc-per-node N -m trainer.cli ...`,
-with torchrun's agent running in this process), whose workers land back here and train. Multi-node recipes are launched with
-torchrun on every node by the cluster's scheduler (see recipes/train/README.md).
+A recipe whose world size is 1 runs in this process. A larger single-node recipe becomes a
+torchrun launch (`python -m torch.distributed.run --standalone --nproc-per-node N -m trainer.cli
+...`, with torchrun's agent running in this process), whose workers land back here and train.
+Multi-node recipes are launched with torchrun on every node by the cluster's scheduler (see
+recipes/train/README.md).
 
 Everything else is in the recipe; `--set` overrides one recipe key (TOML value syntax).
 """
@@ -61,7 +62,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ChildFailedError as err:
             print(f"taskforge-train: {err}", file=sys.stderr)
             return 1
-        _exit_quickly()
         return 0
 
     from trainer.train import run
@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _exit_quickly() -> None:
     """Leave every live object out of the interpreter's last garbage collection. With torch loaded
     that collection takes seconds per process, and a launch waits for all of its workers. Only for
-    processes about to exit (torchrun workers and the launcher), never for an in-process caller."""
+    torchrun workers, which exit next; never for an in-process caller."""
     import gc
 
     gc.freeze()

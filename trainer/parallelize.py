@@ -133,7 +133,10 @@ def parallelize(
         for block in model.layers:
             block.attention = ContextParallelAttention(block.attention, cp_group=cp_group)
 
-    mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    # Blocks take the rotary cos/sin tables as forward inputs; FSDP2 must not cast them to bf16,
+    # which would round the angles of far positions. Activations take the weights' dtype anyway.
+    mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32,
+                                     cast_forward_inputs=False)
     for block in model.layers:
         fully_shard(block.moe.experts, mesh=meshes.expert, mp_policy=mp_policy)
         fully_shard(block, mesh=meshes.dense, mp_policy=mp_policy)

@@ -122,9 +122,7 @@ class Recipe:
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved recipe as plain data (presets expanded, defaults filled in)."""
-        resolved = dataclasses.asdict(self)
-        resolved["parallel"] = dataclasses.asdict(self.parallel)
-        return resolved
+        return dataclasses.asdict(self)
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:

@@ -159,12 +159,14 @@ def build_optimizer(config: OptimizerConfig, model: nn.Module, *, distributed: b
     return build_muon_adamw(model, muon=config.muon, adamw=config.adamw)
 
 
-def set_learning_rate(optimizer: torch.optim.Optimizer, *, step: int, warmup_steps: int) -> None:
-    """Set every group's lr for optimizer step `step` (1-based): linear warmup, then constant."""
+def set_learning_rate(
+    optimizer: torch.optim.Optimizer, base_lrs: list[float], *, step: int, warmup_steps: int
+) -> None:
+    """Set each group's lr for optimizer step `step` (1-based) from its recipe lr in `base_lrs`:
+    linear warmup, then constant."""
     factor = min(1.0, step / warmup_steps) if warmup_steps else 1.0
-    for group in optimizer.param_groups:
-        group.setdefault("base_lr", group["lr"])
-        group["lr"] = group["base_lr"] * factor
+    for group, base_lr in zip(optimizer.param_groups, base_lrs, strict=True):
+        group["lr"] = base_lr * factor
 
 
 def train_step(
@@ -277,9 +279,12 @@ def pretrain(recipe: Recipe) -> None:
 
     data = PackedSequences(recipe.data, ByteTokenizer(), seed=recipe.seed)
     meshes = dims.build_meshes(device.type) if distributed else None
+    compute_dtype = _DTYPES[recipe.train.dtype]
     model = build_model(recipe.model, seed=recipe.seed, device=device, dims=dims, meshes=meshes,
-                        param_dtype=_DTYPES[recipe.train.dtype] if recipe.train.dtype != "float32" else None)
+                        param_dtype=None if compute_dtype == torch.float32 else compute_dtype)
     optimizer = build_optimizer(recipe.optimizer, model, distributed=distributed)
+    # Taken before a checkpoint overwrites the groups' lr with a possibly warmed-up value.
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
     torch.manual_seed(recipe.seed * 1_000_003 + rank)
 
     checkpointer = Checkpointer(out / "checkpoints", recipe.checkpoint)
@@ -302,9 +307,9 @@ def pretrain(recipe: Recipe) -> None:
         while step < last:
             step += 1
             start = time.perf_counter()
-            set_learning_rate(optimizer, step=step, warmup_steps=recipe.optimizer.warmup_steps)
-            batch_BT = data.next_batch()
-            inputs_BT, targets_BT = local_slice(batch_BT, dp_rank=dp_rank, dp=dims.dp, cp_rank=cp_rank, cp=dims.cp)
+            set_learning_rate(optimizer, base_lrs, step=step, warmup_steps=recipe.optimizer.warmup_steps)
+            inputs_BT, targets_BT = local_slice(data.next_batch(), dp_rank=dp_rank, dp=dims.dp,
+                                                cp_rank=cp_rank, cp=dims.cp)
             result = train_step(model, optimizer, inputs_BT.to(device), targets_BT.to(device),
                                 global_tokens=global_tokens, aux_loss_coef=recipe.train.aux_loss_coef)
             step_s = time.perf_counter() - start
@@ -326,21 +331,24 @@ def pretrain(recipe: Recipe) -> None:
 
 
 def run(recipe: Recipe) -> None:
-    """Run the recipe in this process: join torchrun's process group when world_size > 1."""
-    distributed = recipe.parallel.world_size > 1
+    """Run the recipe's mode in this process, inside torchrun's process group when world_size > 1."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world != recipe.parallel.world_size:
+        raise ValueError(
+            f"the recipe needs {recipe.parallel.world_size} processes but WORLD_SIZE is {world};"
+            " launch it with taskforge-train (or torchrun --nproc-per-node)"
+        )
+    distributed = world > 1
     if distributed:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world != recipe.parallel.world_size:
-            raise ValueError(
-                f"the recipe needs {recipe.parallel.world_size} processes but WORLD_SIZE is {world};"
-                " launch it with taskforge-train (or torchrun --nproc-per-node)"
-            )
         if recipe.launch.device == "cuda":
             # Before the process group, so that NCCL binds this rank to its own GPU.
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group(recipe.launch.backend)
     try:
-        pretrain(recipe)
+        if recipe.mode == "pretrain":
+            pretrain(recipe)
+        else:
+            raise ValueError(f"mode {recipe.mode!r} has no trainer")
     finally:
         if distributed:
             dist.destroy_process_group()

@@ -140,7 +140,8 @@ def test_local_slice_covers_the_batch_once() -> None:
 
 def test_single_process_run_resumes_exactly(tmp_path: Path, corpus: Path) -> None:
     single = ["launch.nproc_per_node=1", "parallel.dp_shard=1", "parallel.cp=1", "parallel.ep=1",
-              "train.steps=4", "checkpoint.every=2", "data.global_batch=2", "data.seq_len=32"]
+              "train.steps=4", "checkpoint.every=2", "data.global_batch=2", "data.seq_len=32",
+              "optimizer.warmup_steps=4"]
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     base = ["--recipe", str(TINY_RECIPE)]
     assert main([*base, *sum((["--set", o] for o in _overrides(whole, corpus, *single)), [])]) == 0
@@ -156,7 +157,8 @@ def test_single_process_run_resumes_exactly(tmp_path: Path, corpus: Path) -> Non
 
 def _launch(output_dir: Path, corpus: Path, *extra: str) -> None:
     command = [sys.executable, "-m", "trainer.cli", "--recipe", str(TINY_RECIPE)]
-    for override in _overrides(output_dir, corpus, "train.steps=8", "checkpoint.every=4", *extra):
+    for override in _overrides(output_dir, corpus, "train.steps=8", "checkpoint.every=4",
+                               "optimizer.warmup_steps=3", *extra):
         command += ["--set", override]
     completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-6000:]
@@ -167,9 +169,10 @@ def test_cpt_on_4_ranks_learns_and_resumes_exactly(tmp_path: Path, corpus: Path)
     _launch(whole, corpus)
     losses = _losses(whole)
     assert len(losses) == 8
-    # (a) Byte-level next-token loss starts near ln(384) ~ 5.95 and falls fast on code.
+    # (a) Byte-level next-token loss starts near ln(384) ~ 5.95 and falls fast on code: by ~1.4
+    # over these 8 steps (6.02 -> 4.64 when written; the corpus is the live taskforge source).
     assert losses[0] > 5.5
-    assert max(losses[-2:]) < losses[0] - 1.0, losses
+    assert losses[-1] < losses[0] - 0.8, losses
 
     record = json.loads((whole / "run.json").read_text())
     assert record["seed"] == 0 and record["world_size"] == 4 and record["versions"]["torch"] == torch.__version__
@@ -179,11 +182,12 @@ def test_cpt_on_4_ranks_learns_and_resumes_exactly(tmp_path: Path, corpus: Path)
     assert metrics["tokens_per_s"] > 0 and metrics["optimizer_step_s"] > 0 and metrics["memory_mb"] > 0
     assert sorted(p.name for p in (whole / "checkpoints").iterdir()) == ["step_000004", "step_000008"]
 
-    # (b) Stopped after step 3 (checkpointed there), then resumed to step 8 by a new launch.
-    _launch(parts, corpus, "train.stop_at_step=3")
-    assert len(_losses(parts)) == 3
+    # (b) Stopped after step 2, inside the lr warmup (checkpointed there), then resumed to step 8
+    # by a new launch.
+    _launch(parts, corpus, "train.stop_at_step=2")
+    assert len(_losses(parts)) == 2
     _launch(parts, corpus)
     # Exact: the same layout reduces in the same order, and the checkpoint restores the model,
     # the optimizer state, the data position and the RNG bit for bit.
     assert _losses(parts) == losses
-    assert json.loads((parts / "run.json").read_text())["resumed_from_step"] == 3
+    assert json.loads((parts / "run.json").read_text())["resumed_from_step"] == 2
