@@ -1062,9 +1062,10 @@ class _Scanner:
             else:
                 self._text(data, name, label, chain)
         except (ValueError, EOFError, KeyError, IndexError, TypeError, OSError, MemoryError,
-                RecursionError, zlib.error, lzma.LZMAError, zipfile.BadZipFile, tarfile.TarError,
-                sqlite3.Error, struct.error) as err:
-            # A damaged or unexpected file: say so and go on; the audit is over the whole image.
+                RecursionError, RuntimeError, zlib.error, lzma.LZMAError, zipfile.BadZipFile,
+                tarfile.TarError, sqlite3.Error, struct.error) as err:
+            # A damaged or unexpected file (a truncated archive, an encrypted zip member, an
+            # unsupported compression method): say so and go on with the rest of the image.
             self.skipped.append({"path": label, "reason": f"{type(err).__name__}: {err}"[:200]})
 
     def _text(self, data: bytes, name: str, label: str, chain: tuple[str, ...]) -> None:
@@ -1170,6 +1171,10 @@ class _Scanner:
         if len(content) > limit:
             self.skipped.append({"path": label, "reason": f"{kind}: inflates past {limit} bytes"})
             return
+        if not inflater.eof:
+            # What inflates is still looked at; the rest of the stream is missing.
+            reason = f"{kind}: truncated stream, scanned the first {len(content)} bytes"
+            self.skipped.append({"path": label, "reason": reason})
         inner = re.sub(r"\.(gz|tgz|bz2|tbz2?|xz|txz)$", "", name)
         if len(content) > 262 and content[257:262] == b"ustar":
             # A tarball (an sdist): report it as the tar it is.

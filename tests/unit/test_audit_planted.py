@@ -576,6 +576,27 @@ def test_one_scan_serves_every_task_of_a_repository(tmp_path: Path, tasks: dict[
     assert {s: len(f) for s, f in result["findings"].items()} == {"body": 0, "symbol": 0, "module": 1}
 
 
+def test_damaged_containers_are_skipped_and_the_scan_goes_on(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    task = tasks["symbol"]
+    root = tmp_path / "tmp"
+    root.mkdir()
+    headers = (ORIGINAL / "stanzakit/headers.py").read_bytes()
+    (root / "pack-broken.pack").write_bytes(b"PACK\x00\x00\x00\x02\x00\x00\x00\x05" + b"\x95\x0axx")
+    (root / "truncated.py.gz").write_bytes(gzip.compress(b"# nothing removed here\n" * 50)[:40])
+    with zipfile.ZipFile(root / "odd.zip", "w", zipfile.ZIP_DEFLATED) as zipped:
+        zipped.writestr("stanzakit/headers.py", headers)
+    odd = bytearray((root / "odd.zip").read_bytes())
+    for header in (b"PK\x03\x04", b"PK\x01\x02"):  # compression method 99: unsupported
+        offset = odd.index(header) + (8 if header == b"PK\x03\x04" else 10)
+        odd[offset:offset + 2] = b"c\x00"
+    (root / "odd.zip").write_bytes(bytes(odd))
+    shutil.copy(ORIGINAL / "stanzakit/headers.py", root / "headers.py.bak")
+    result = scan({"fingerprints": {"t": task.fingerprint.to_json()}, "roots": [str(root)]})
+    assert [f["path"] for f in result["findings"]["t"]] == [str(root / "headers.py.bak")]
+    skipped = {os.path.basename(s["path"].split("!")[0]) for s in result["skipped"]}
+    assert skipped == {"pack-broken.pack", "truncated.py.gz", "odd.zip"}
+
+
 def test_script_in_a_bare_interpreter(tmp_path: Path, tasks: dict[str, Task]) -> None:
     # The sandbox runs a copy of the file with its own Python, without taskforge: -I -S.
     task = tasks["symbol"]
