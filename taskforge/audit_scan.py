@@ -900,13 +900,17 @@ def _pack_objects(data: bytes, budget: int) -> Iterator[tuple[str, bytes]]:
         payload, pos = _inflate_at(data, pos, size)
         entries[start] = (kind, payload, base)
 
+    # Every resolved object stays in memory (any may be the base of a later delta), so the budget
+    # is on what deltas expand to, not on the pack's size.
     resolved: dict[int, tuple[int, bytes]] = {}
+    resolved_bytes = 0
     by_id: dict[bytes, int] = {}
 
     def object_id(kind: int, content: bytes) -> bytes:
         return hashlib.sha1(b"%s %d\0" % (_GIT_TYPES[kind].encode(), len(content)) + content).digest()
 
     def resolve(offset: int) -> tuple[int, bytes] | None:
+        nonlocal resolved_bytes
         chain = []
         while offset not in resolved:
             kind, payload, base = entries[offset]
@@ -925,6 +929,9 @@ def _pack_objects(data: bytes, budget: int) -> Iterator[tuple[str, bytes]]:
         for delta_offset in reversed(chain):
             content = _apply_delta(content, entries[delta_offset][1])
             resolved[delta_offset] = (kind, content)
+            resolved_bytes += len(content)
+            if resolved_bytes > budget:
+                raise MemoryError("pack inflates past the budget")
         return resolved[chain[0]] if chain else resolved[offset]
 
     pending = sorted(entries)

@@ -107,6 +107,13 @@ class Fingerprint:
         if self.n < MIN_NGRAM:
             raise ValueError(f"n must be at least {MIN_NGRAM}, got {self.n}")
 
+    @property
+    def empty(self) -> bool:
+        """Nothing to look for: the removed code held nothing distinctive enough (a one-line body
+        of common names). The audit can then vouch for nothing; the caller decides what to do."""
+        return not (self.ngrams or self.signatures or self.names or self.constants or self.docstrings
+                    or self.test_ids or self.bodies)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "n": self.n,

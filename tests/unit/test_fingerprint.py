@@ -143,6 +143,14 @@ def test_a_duplicate_implementation_in_the_start_state_leaves_only_the_hidden_te
     assert fp.ngrams and not set(fp.ngrams) & set(legacy)
 
 
+def test_a_trivial_body_leaves_an_empty_fingerprint() -> None:
+    before = {"pkg/box.py": "class Box:\n    def size(self):\n        return len(self.items)\n"}
+    after = {"pkg/box.py": "class Box:\n    def size(self):\n        raise NotImplementedError\n"}
+    fp = build_fingerprint(before=before, after=after, visible={**after, "pkg/__init__.py": ""}, strategy="body")
+    assert fp.empty
+    assert not fingerprint("body").empty
+
+
 def test_test_ids_that_stay_collectable_are_dropped() -> None:
     visible_test = "tests/test_headers.py::test_split_stanza_trims_parts"
     fp = fingerprint("body", test_ids=[*TASKS["body"]["test_ids"], visible_test])
