@@ -29,9 +29,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 __all__ = ["CheckpointConfig", "Checkpointer", "TrainerState"]
 
@@ -90,7 +91,7 @@ def _dcp(operation: Any, state: dict[str, Any], path: Path) -> None:
 
 def _rng_state() -> dict[str, torch.Tensor]:
     state = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         state["cuda"] = torch.cuda.get_rng_state()
     return state
 
@@ -142,7 +143,7 @@ class Checkpointer:
         _barrier()
         to_save = self._state(model, optimizer)
         to_save["trainer"] = {"step": state.step, "data": state.data}
-        _dcp(dcp.save, to_save, partial)
+        _dcp(dcp_save, to_save, partial)
         _barrier()
         if _rank() == 0:
             manifest = {"step": state.step, "world_size": _world_size()}
@@ -168,7 +169,7 @@ class Checkpointer:
             )
         to_load = self._state(model, optimizer)
         to_load["trainer"] = {"step": like.step, "data": dict(like.data)}
-        _dcp(dcp.load, to_load, path)
+        _dcp(dcp_load, to_load, path)
         set_state_dict(model, optimizer, model_state_dict=to_load["model"],
                        optim_state_dict=to_load["optimizer"])
         _set_rng_state(to_load[f"rng_rank{_rank()}"])

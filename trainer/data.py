@@ -103,8 +103,8 @@ def write_code_corpus(sources: Sequence[Path], out: Path, *, suffix: str = ".py"
 
     The file appears only when complete (written beside it, then renamed).
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     repos, paths, texts = [], [], []
     for source in sources:

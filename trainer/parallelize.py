@@ -28,14 +28,14 @@ all-to-all token dispatch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.model import Attention, Transformer, apply_rotary
+from trainer.model import Attention, Transformer, TransformerBlock, apply_rotary
 
 if TYPE_CHECKING:
     from trainer.parallel_dims import Meshes, ParallelDims
@@ -66,7 +66,8 @@ class _AllGatherSequence(torch.autograd.Function):
 
 def all_gather_sequence(x: Tensor, group: dist.ProcessGroup, dim: int) -> Tensor:
     """The full sequence from each cp rank's slice of it, differentiably."""
-    return _AllGatherSequence.apply(x, group, dim)  # type: ignore[no-any-return]
+    gathered: Tensor = _AllGatherSequence.apply(x, group, dim)  # type: ignore[no-untyped-call]
+    return gathered
 
 
 class ContextParallelAttention(nn.Module):
@@ -108,7 +109,12 @@ class ContextParallelAttention(nn.Module):
         key_pos_U = torch.arange(cp_size * T, device=x_BTD.device)
         causal_TU = key_pos_U[None, :] <= query_pos_T[:, None]
         out_BHTS = F.scaled_dot_product_attention(q_BHTS, k_BHUS, v_BHUS, attn_mask=causal_TU)
-        return self.wo(out_BHTS.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        out_BTD: Tensor = self.wo(out_BHTS.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        return out_BTD
+
+
+def _blocks(model: Transformer) -> list[TransformerBlock]:
+    return [cast(TransformerBlock, block) for block in model.layers]
 
 
 def parallelize(
@@ -130,14 +136,14 @@ def parallelize(
         raise ValueError(f"ep ({dims.ep}) must divide the model's n_experts ({n_experts})")
     if dims.cp > 1:
         cp_group = meshes.batch.get_group("cp")
-        for block in model.layers:
-            block.attention = ContextParallelAttention(block.attention, cp_group=cp_group)
+        for block in _blocks(model):
+            block.attention = ContextParallelAttention(block.attention, cp_group=cp_group)  # type: ignore[assignment]
 
     # Blocks take the rotary cos/sin tables as forward inputs; FSDP2 must not cast them to bf16,
     # which would round the angles of far positions. Activations take the weights' dtype anyway.
     mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32,
                                      cast_forward_inputs=False)
-    for block in model.layers:
+    for block in _blocks(model):
         fully_shard(block.moe.experts, mesh=meshes.expert, mp_policy=mp_policy)
         fully_shard(block, mesh=meshes.dense, mp_policy=mp_policy)
     # The head's all-gather is the last of the forward, so it gains nothing from resharding early.

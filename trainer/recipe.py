@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+import types
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union
 
 from trainer.checkpoint import CheckpointConfig
 from trainer.data import ByteTokenizer, DataConfig
@@ -141,17 +143,51 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
         *sections, leaf = key.split(".")
         table = result
         for section in sections:
-            table = table.setdefault(section, {})
-            if not isinstance(table, dict):
-                raise ValueError(f"override {override!r}: {section!r} is not a section")
+            table = _checked(f"{section} (in override {override!r})", table.setdefault(section, {}),
+                             dict[str, Any])
         table[leaf] = value
     return result
 
 
+def _conforms(value: Any, hint: Any) -> bool:
+    """Whether a TOML value fits a (resolved) type hint of a config field."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin is Literal:
+        return value in args
+    if origin in (Union, types.UnionType):
+        return any(_conforms(value, arg) for arg in args)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(map(_conforms, value, args))
+        return all(_conforms(item, args[0] if args else Any) for item in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _checked(where: str, value: Any, hint: Any) -> Any:
+    """`value` if it fits `hint` (TOML arrays become tuples for tuple fields), else a ValueError."""
+    if not _conforms(value, hint):
+        expected = "a table" if typing.get_origin(hint) is dict else (
+            hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", ""))
+        raise ValueError(f"{where} must be {expected}, got {value!r}")
+    if typing.get_origin(hint) is tuple:
+        return tuple(value)
+    return float(value) if hint is float else value
+
+
 def _typed(cls: type, table: Any, section: str, **extra: Any) -> Any:
-    """`cls(**table, **extra)`, with unknown or missing keys reported by section and name."""
-    if not isinstance(table, dict):
-        raise ValueError(f"[{section}] must be a table, got {table!r}")
+    """`cls(**table, **extra)`, with unknown, missing or mistyped keys reported by section and name."""
+    _checked(f"[{section}]", table, dict[str, Any])
+    hints = typing.get_type_hints(cls)
     fields = {field.name: field for field in dataclasses.fields(cls) if field.name not in extra}
     unknown = sorted(set(table) - set(fields))
     if unknown:
@@ -163,12 +199,7 @@ def _typed(cls: type, table: Any, section: str, **extra: Any) -> Any:
     ]
     if missing:
         raise ValueError(f"missing key {section}.{missing[0]}")
-    values = {}
-    for name, value in table.items():
-        # TOML has arrays, not tuples; fields whose default is a tuple take tuples.
-        if isinstance(value, list) and isinstance(fields[name].default, tuple):
-            value = tuple(value)
-        values[name] = value
+    values = {name: _checked(f"{section}.{name}", value, hints[name]) for name, value in table.items()}
     return cls(**values, **extra)
 
 
@@ -189,11 +220,14 @@ def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
     preset = model_table.pop("preset", None)
     if preset is None:
         raise ValueError("missing key model.preset")
-    model_fields = {field.name for field in dataclasses.fields(ModelConfig)}
-    unknown = sorted(set(model_table) - model_fields)
+    _checked("model.preset", preset, str)
+    model_hints = typing.get_type_hints(ModelConfig)
+    unknown = sorted(set(model_table) - set(model_hints))
     if unknown:
-        raise ValueError(f"unknown key model.{unknown[0]}; valid keys: preset, {', '.join(sorted(model_fields))}")
-    model = config_from_preset(preset, **model_table)
+        raise ValueError(f"unknown key model.{unknown[0]}; valid keys: preset, {', '.join(sorted(model_hints))}")
+    model = config_from_preset(
+        preset, **{name: _checked(f"model.{name}", value, model_hints[name]) for name, value in model_table.items()}
+    )
 
     optimizer_table = dict(raw.get("optimizer", {}))
     muon = _typed(MuonConfig, optimizer_table.pop("muon", {}), "optimizer.muon")
@@ -201,9 +235,9 @@ def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
     optimizer = _typed(OptimizerConfig, optimizer_table, "optimizer", muon=muon, adamw=adamw)
 
     return Recipe(
-        mode=raw["mode"],
-        seed=raw.get("seed", 0),
-        output_dir=raw["output_dir"],
+        mode=_checked("mode", raw["mode"], str),
+        seed=_checked("seed", raw.get("seed", 0), int),
+        output_dir=_checked("output_dir", raw["output_dir"], str),
         launch=launch,
         parallel=parallel,
         model_preset=preset,

@@ -195,13 +195,12 @@ def train_step(
     aux = model.aux_loss()
     if aux_loss_coef:
         loss = loss + aux_loss_coef * aux
-    loss.backward()
+    loss.backward()  # type: ignore[no-untyped-call]
 
-    synchronize = torch.cuda.synchronize if inputs_BT.is_cuda else (lambda: None)
-    synchronize()
+    _synchronize(inputs_BT.device)
     start = time.perf_counter()
     optimizer.step()
-    synchronize()
+    _synchronize(inputs_BT.device)
     optimizer_s = time.perf_counter() - start
 
     reported = torch.stack([loss_sum.detach(), aux.detach().float()])
@@ -209,6 +208,12 @@ def train_step(
         dist.all_reduce(reported)
     return StepResult(loss=reported[0].item() / global_tokens, aux_loss=reported[1].item() / world_size,
                       optimizer_s=optimizer_s)
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so that wall time measures it (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _memory_mb(device: torch.device) -> float:
@@ -258,7 +263,12 @@ def _open_metrics(path: Path, *, keep_through_step: int) -> Any:
 def pretrain(recipe: Recipe) -> None:
     """Continued pretraining, from the latest checkpoint under output_dir if there is one."""
     from trainer.checkpoint import Checkpointer, TrainerState
-    from trainer.data import ByteTokenizer, PackedSequences, local_slice, write_code_corpus
+    from trainer.data import (
+        ByteTokenizer,
+        PackedSequences,
+        local_slice,
+        write_code_corpus,
+    )
 
     dims = recipe.parallel
     distributed = dims.world_size > 1

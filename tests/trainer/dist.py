@@ -42,13 +42,13 @@ def run_gloo(world_size: int, fn: Callable[..., Any], *args: Any) -> list[Any]:
     `fn` must be importable by name (a module-level function).
     """
     import torch
-    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import start_processes
 
     # A fork server that has imported torch once forks the ranks: eight spawned interpreters would
     # each spend seconds importing torch on a shared two-core machine.
     multiprocessing.set_forkserver_preload(_PRELOAD)
     with tempfile.TemporaryDirectory(prefix="gloo-") as store_dir:
-        mp.start_processes(
+        start_processes(  # type: ignore[no-untyped-call]
             _entry, args=(world_size, store_dir, fn, args), nprocs=world_size, join=True,
             start_method="forkserver",
         )

@@ -6,6 +6,7 @@ sharded Muon + AdamW against the reference optimizer, as the recipes train.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -54,8 +55,8 @@ def _global_batch() -> torch.Tensor:
     return torch.randint(0, 259, (GLOBAL_BATCH, SEQ_LEN + 1), generator=generator)
 
 
-def _distributed_step(rank: int, world_size: int, dims: ParallelDims, optimizer_name: str) -> dict[str, object]:
-    from torch.distributed.tensor import Replicate, Shard
+def _distributed_step(rank: int, world_size: int, dims: ParallelDims, optimizer_name: str) -> dict[str, Any]:
+    from torch.distributed.tensor import DTensor, Replicate, Shard
 
     config = config_from_preset("tiny")
     meshes = dims.build_meshes("cpu")
@@ -66,20 +67,22 @@ def _distributed_step(rank: int, world_size: int, dims: ParallelDims, optimizer_
     result = train_step(model, optimizer, inputs_BT, targets_BT, global_tokens=GLOBAL_BATCH * SEQ_LEN,
                         aux_loss_coef=0.0)
 
-    experts_w1 = model.layers[0].moe.experts.w1
-    wq = model.layers[0].attention.wq.weight
+    block: Any = model.layers[0]
+    experts_w1: DTensor = block.moe.experts.w1
+    wq: DTensor = block.attention.wq.weight
     layout = {
         "experts_mesh": experts_w1.device_mesh.mesh_dim_names,
         "experts_placements": experts_w1.placements,
         "experts_local_shape": tuple(experts_w1.to_local().shape),
         "dense_mesh": wq.device_mesh.mesh_dim_names,
         "dense_placements": wq.placements,
-        "attention": type(model.layers[0].attention).__name__,
+        "attention": type(block.attention).__name__,
     }
     assert layout["experts_placements"] == (Replicate(), Shard(0))
     assert layout["dense_placements"] == (Replicate(), Shard(0))
-    params = {name: param.full_tensor() for name, param in model.named_parameters()}
-    grads = {name: param.grad.full_tensor() for name, param in model.named_parameters()}
+    sharded: dict[str, Any] = dict(model.named_parameters())
+    params = {name: param.full_tensor() for name, param in sharded.items()}
+    grads = {name: param.grad.full_tensor() for name, param in sharded.items()}
     return {"loss": result.loss, "layout": layout, "params": params if rank == 0 else None,
             "grads": grads if rank == 0 else None}
 
@@ -92,11 +95,11 @@ def _single_process_step(optimizer_name: str) -> tuple[float, dict[str, torch.Te
     result = train_step(model, optimizer, batch_BT[:, :-1], batch_BT[:, 1:],
                         global_tokens=GLOBAL_BATCH * SEQ_LEN, aux_loss_coef=0.0)
     params = {name: param.detach().clone() for name, param in model.named_parameters()}
-    grads = {name: param.grad.clone() for name, param in model.named_parameters()}
+    grads = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
     return result.loss, params, grads
 
 
-def _check_against_single_process(results: list[dict[str, object]], dims: ParallelDims, optimizer_name: str) -> None:
+def _check_against_single_process(results: list[dict[str, Any]], dims: ParallelDims, optimizer_name: str) -> None:
     reference_loss, reference, reference_grads = _single_process_step(optimizer_name)
     for result in results:
         assert result["loss"] == pytest.approx(reference_loss, rel=LOSS_RTOL)

@@ -29,7 +29,7 @@ def test_ep_must_divide_dp_shard_times_cp() -> None:
 
 @pytest.mark.parametrize("field", ["dp_replicate", "dp_shard", "cp", "ep", "world_size"])
 def test_non_positive_degree_names_the_field(field: str) -> None:
-    values = dict(dp_replicate=1, dp_shard=1, cp=1, ep=1, world_size=1)
+    values = {"dp_replicate": 1, "dp_shard": 1, "cp": 1, "ep": 1, "world_size": 1}
     values[field] = 0
     with pytest.raises(ValueError, match=f"^{field} must be a positive integer"):
         ParallelDims(**values)
@@ -42,7 +42,7 @@ def test_tp_is_validated_and_only_one_is_implemented() -> None:
 
 def test_keyword_only() -> None:
     with pytest.raises(TypeError):
-        ParallelDims(1, 1, 1, 1, 1, 1)  # type: ignore[misc]
+        ParallelDims(1, 1, 1, 1, 1, 1)  # type: ignore[call-arg]
 
 
 def test_layouts_without_processes() -> None:

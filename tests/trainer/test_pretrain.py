@@ -15,7 +15,13 @@ import pytest
 import torch
 
 from trainer.cli import main
-from trainer.data import ByteTokenizer, DataConfig, PackedSequences, local_slice, write_code_corpus
+from trainer.data import (
+    ByteTokenizer,
+    DataConfig,
+    PackedSequences,
+    local_slice,
+    write_code_corpus,
+)
 from trainer.recipe import apply_overrides, load_recipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,6 +49,11 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _overrides(output_dir: Path, corpus: Path, *extra: str) -> list[str]:
     return [f'output_dir="{output_dir}"', f'data.parquet=["{corpus}"]', "data.build_from=[]", *extra]
+
+
+def _set(overrides: list[str]) -> list[str]:
+    """`--set` arguments for `overrides`."""
+    return [argument for override in overrides for argument in ("--set", override)]
 
 
 def _losses(output_dir: Path) -> list[float]:
@@ -76,6 +87,10 @@ def test_repository_recipes_load() -> None:
         ("optimizer.muon.lr=-1", "lr must be >= 0"),
         ("train.steps=oops", "is not a TOML value"),
         ("train.dtype='bfloat16'", "bfloat16 needs launch.device cuda"),
+        ("train.steps='8'", "train.steps must be int, got '8'"),
+        ("data.parquet='x.parquet'", r"data.parquet must be list\[str\]"),
+        ("optimizer.adamw.betas=[0.9]", r"optimizer.adamw.betas must be tuple\[float, float\]"),
+        ("checkpoint=3", r"\[checkpoint\] must be a table"),
     ],
 )
 def test_recipe_errors_name_the_key(override: str, message: str) -> None:
@@ -101,7 +116,7 @@ def test_cli_reports_a_bad_recipe_before_launching(
     overrides: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["--recipe", str(TINY_RECIPE), *sum((["--set", o] for o in overrides), [])])
+        main(["--recipe", str(TINY_RECIPE), *_set(overrides)])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -144,11 +159,11 @@ def test_single_process_run_resumes_exactly(tmp_path: Path, corpus: Path) -> Non
               "optimizer.warmup_steps=4"]
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     base = ["--recipe", str(TINY_RECIPE)]
-    assert main([*base, *sum((["--set", o] for o in _overrides(whole, corpus, *single)), [])]) == 0
+    assert main([*base, *_set(_overrides(whole, corpus, *single))]) == 0
     stop = [*single, "train.stop_at_step=3"]
-    assert main([*base, *sum((["--set", o] for o in _overrides(parts, corpus, *stop)), [])]) == 0
+    assert main([*base, *_set(_overrides(parts, corpus, *stop))]) == 0
     assert len(_losses(parts)) == 3
-    assert main([*base, *sum((["--set", o] for o in _overrides(parts, corpus, *single)), [])]) == 0
+    assert main([*base, *_set(_overrides(parts, corpus, *single))]) == 0
     assert _losses(parts) == _losses(whole)
 
 
@@ -156,11 +171,10 @@ def test_single_process_run_resumes_exactly(tmp_path: Path, corpus: Path) -> Non
 
 
 def _launch(output_dir: Path, corpus: Path, *extra: str) -> None:
-    command = [sys.executable, "-m", "trainer.cli", "--recipe", str(TINY_RECIPE)]
-    for override in _overrides(output_dir, corpus, "train.steps=8", "checkpoint.every=4",
-                               "optimizer.warmup_steps=3", *extra):
-        command += ["--set", override]
-    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    overrides = _overrides(output_dir, corpus, "train.steps=8", "checkpoint.every=4", "optimizer.warmup_steps=3",
+                           *extra)
+    command = [sys.executable, "-m", "trainer.cli", "--recipe", str(TINY_RECIPE), *_set(overrides)]
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-6000:]
 
 
