@@ -6,6 +6,7 @@ loss curve exactly; plus the same in one plain process.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainer.checkpoint import CheckpointConfig, Checkpointer
 from trainer.cli import main
 from trainer.data import (
     ByteTokenizer,
@@ -163,8 +165,18 @@ def test_single_process_run_resumes_exactly(tmp_path: Path, corpus: Path) -> Non
     stop = [*single, "train.stop_at_step=3"]
     assert main([*base, *_set(_overrides(parts, corpus, *stop))]) == 0
     assert len(_losses(parts)) == 3
+    checkpoints = Checkpointer(parts / "checkpoints", CheckpointConfig(every=2))
+    assert checkpoints.steps() == [2, 3]
+    # As if the process died after logging step 3 but while writing its checkpoint: the partial
+    # save is never read, and step 3's metrics line is dropped and written again on resume.
+    shutil.rmtree(parts / "checkpoints" / "step_000003")
+    (parts / "checkpoints" / ".step_000003.partial").mkdir()
+    (parts / "checkpoints" / "step_000005").mkdir()  # no manifest: not a checkpoint
+    assert checkpoints.latest_step() == 2
     assert main([*base, *_set(_overrides(parts, corpus, *single))]) == 0
     assert _losses(parts) == _losses(whole)
+    assert json.loads((parts / "run.json").read_text())["resumed_from_step"] == 2
+    assert checkpoints.steps() == [2, 4]  # keep=2 of the recipe
 
 
 # 4 gloo processes through the launcher ------------------------------------------------------------
