@@ -3,7 +3,7 @@
 `run_gloo(world_size, fn, *args)` starts `world_size` processes, calls
 `fn(rank, world_size, *args)` in each after `init_process_group("gloo")`, and returns the
 per-rank results (anything `torch.save` can write). A failure in any rank raises in the caller
-with that rank's traceback. The group meets through a file store in a temporary folder, so no TCP
+with the traceback of every rank that raised. The group meets through a file store in a temporary folder, so no TCP
 port is picked and parallel test runs cannot collide.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import tempfile
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,10 @@ def _entry(rank: int, world_size: int, store_dir: str, fn: Callable[..., Any], a
     try:
         result = fn(rank, world_size, *args)
         torch.save(result, Path(store_dir) / f"result-{rank}.pt")
+    except BaseException:
+        # The launcher reports whichever rank died first, often a peer of the one that failed.
+        (Path(store_dir) / f"error-{rank}.txt").write_text(traceback.format_exc())
+        raise
     finally:
         dist.destroy_process_group()
 
@@ -48,10 +53,15 @@ def run_gloo(world_size: int, fn: Callable[..., Any], *args: Any) -> list[Any]:
     # each spend seconds importing torch on a shared two-core machine.
     multiprocessing.set_forkserver_preload(_PRELOAD)
     with tempfile.TemporaryDirectory(prefix="gloo-") as store_dir:
-        start_processes(  # type: ignore[no-untyped-call]
-            _entry, args=(world_size, store_dir, fn, args), nprocs=world_size, join=True,
-            start_method="forkserver",
-        )
+        try:
+            start_processes(  # type: ignore[no-untyped-call]
+                _entry, args=(world_size, store_dir, fn, args), nprocs=world_size, join=True,
+                start_method="forkserver",
+            )
+        except Exception as err:
+            errors = [f"rank {path.stem.removeprefix('error-')}:\n{path.read_text()}"
+                      for path in sorted(Path(store_dir).glob("error-*.txt"))]
+            raise RuntimeError("gloo ranks failed\n" + "\n".join(errors)) from err
         return [
             torch.load(Path(store_dir) / f"result-{rank}.pt", weights_only=False)
             for rank in range(world_size)
