@@ -2,7 +2,8 @@
 
 Ranks are laid out row-major over (dp_replicate, dp_shard, cp, tp): consecutive ranks first differ
 in tp (always 1 here), then in cp, then in dp_shard, and last in dp_replicate. On a GPU node the
-inner factors therefore stay inside the node and only the replicas cross nodes.
+inner factors therefore stay inside the node and only the replicas cross nodes (and an expert group
+made wider than a dense shard group, which spans replicas on purpose).
 
 Three meshes are built over that one layout, each with named axes:
 
@@ -12,21 +13,34 @@ Three meshes are built over that one layout, each with named axes:
     different parts of the same sequences, so they join the shard group (as in torchtitan).
 
 ``expert`` ("dp_replicate_e", "ep")
-    HSDP for the stacked expert weights. "ep" is a contiguous block of ``ep`` ranks inside one
-    dense shard group; the expert tensors ``[E, ...]`` are sharded on their expert dimension over
-    it, so each ep rank stores ``E / ep`` whole experts. "dp_replicate_e" = world / ep holds the
-    replicas. Experts borrow the dp_shard and cp ranks rather than adding ranks of their own, so
-    EP and CP overlap: at world 8, cp=2 and ep=8 fit on 8 GPUs, not 16.
+    HSDP for the stacked expert weights. "ep" is a contiguous block of ``ep`` ranks; the expert
+    tensors ``[E, ...]`` are sharded on their expert dimension over it, so each ep rank stores
+    ``E / ep`` whole experts. "dp_replicate_e" = world / ep holds the replicas. Experts borrow the
+    ranks of the dense mesh rather than adding ranks of their own, so EP and CP overlap: at world 8,
+    cp=2 and ep=8 fit on 8 GPUs, not 16. An ep block either lies inside one dense shard group
+    (``ep`` divides dp_shard * cp: experts stay inside a node) or is made of ``ep / (dp_shard * cp)``
+    whole consecutive dense shard groups (experts sharded wider than the dense weights, across their
+    replicas). Any other ``ep`` would cut dense shard groups unevenly, and is rejected.
 
 ``batch``  ("dp", "cp")
     Who reads which data: "dp" = dp_replicate * dp_shard ranks read different sequences, and the
     "cp" ranks of one dp index split the same sequences along time.
 
-Example, world 8 with dp_replicate=2, dp_shard=2, cp=2, ep=2::
+Examples at world 8. Small dense shard groups with experts inside them, dp_replicate=2,
+dp_shard=2, cp=2, ep=2::
 
     dense   [[0 1 2 3] [4 5 6 7]]         shard groups {0..3} {4..7}, replicas {0,4} {1,5} ...
     expert  [[0 1] [2 3] [4 5] [6 7]]     experts split over pairs, replicated four times
     batch   [[0 1] [2 3] [4 5] [6 7]]     four data-parallel readers, each pair splits time
+
+The same dense layout with experts sharded wide, across both replicas (ep=8)::
+
+    dense   [[0 1 2 3] [4 5 6 7]]         shard groups {0..3} {4..7}, replicas {0,4} {1,5} ...
+    expert  [[0 1 2 3 4 5 6 7]]           one expert group of both shard groups, no replicas
+    batch   [[0 1] [2 3] [4 5] [6 7]]
+
+Either way both meshes span every rank, so FSDP2 averages each gradient over all world_size ranks
+exactly once (see `trainer.parallelize`).
 """
 
 from __future__ import annotations
@@ -54,7 +68,8 @@ class ParallelDims:
     tp: int = 1
     """Tensor parallelism; validated, and only 1 is implemented."""
     ep: int = 1
-    """Ranks the expert weights are sharded over; must divide dp_shard * cp."""
+    """Ranks the expert weights are sharded over; must divide dp_shard * cp, or be a multiple of
+    it that divides world_size (experts sharded across dense replicas)."""
     world_size: int
     """Number of processes; must equal dp_replicate * dp_shard * cp * tp."""
 
@@ -71,10 +86,15 @@ class ParallelDims:
                 f"dp_replicate ({self.dp_replicate}) * dp_shard ({self.dp_shard}) * cp ({self.cp})"
                 f" * tp ({self.tp}) = {product}, but world_size is {self.world_size}"
             )
-        if self.dp_shard_cp % self.ep != 0:
+        # Both cases keep ep a divisor of world_size: dp_shard * cp divides it.
+        inside_a_shard_group = self.dp_shard_cp % self.ep == 0
+        across_shard_groups = self.ep % self.dp_shard_cp == 0 and self.world_size % self.ep == 0
+        if not (inside_a_shard_group or across_shard_groups):
             raise ValueError(
                 f"ep ({self.ep}) must divide dp_shard ({self.dp_shard}) * cp ({self.cp})"
-                f" = {self.dp_shard_cp}: experts borrow the dp_shard and cp ranks"
+                f" = {self.dp_shard_cp} (experts inside one dense shard group), or be a multiple of"
+                f" it that divides world_size ({self.world_size}) = dp_replicate ({self.dp_replicate})"
+                f" * {self.dp_shard_cp} (experts across whole dense shard groups)"
             )
 
     @property
@@ -99,7 +119,8 @@ class ParallelDims:
         return torch.arange(self.world_size).reshape(self.dp_replicate, self.dp_shard_cp)
 
     def expert_layout(self) -> torch.Tensor:
-        """Ranks of the expert mesh, shape [world / ep, ep]; each row lies inside one dense row."""
+        """Ranks of the expert mesh, shape [world / ep, ep]: each row lies inside one dense row
+        (ep divides dp_shard * cp) or is ep / (dp_shard * cp) whole consecutive dense rows."""
         import torch
 
         return torch.arange(self.world_size).reshape(self.dp_replicate_e, self.ep)

@@ -8,13 +8,21 @@
    [c*T/cp, (c+1)*T/cp)).
 2. The stacked expert weights of every layer (`layers.i.moe.experts`) are sharded with FSDP2 on the
    expert mesh ("dp_replicate_e", "ep"): Shard(0) of `[E, ...]`, so each ep rank stores E/ep whole
-   experts, and the experts are replicated over "dp_replicate_e".
+   experts, and the experts are replicated over "dp_replicate_e". The ep group may be part of one
+   dense shard group or several whole ones (experts sharded wider than the dense weights, across
+   the dense replicas; see `trainer.parallel_dims`).
 3. Every block, then `norm` + `output` together, then the root (which keeps `tok_embeddings`) are
    sharded on the dense mesh ("dp_replicate", "dp_shard_cp"): sharded inside a replica,
    replicated across replicas. The root is wrapped last, as FSDP2 requires.
 
-Both meshes span all ranks, so FSDP2 averages every gradient over the same world_size ranks; the
-training step scales its loss to match (see `trainer.train.train_step`).
+Both meshes span all ranks, so FSDP2 averages every gradient over the same world_size ranks, each
+exactly once: a dense gradient is reduce-scattered over "dp_shard_cp" and all-reduced over
+"dp_replicate"; an expert gradient is reduced only by its own module's FSDP2 state, reduce-scattered
+over "ep" and all-reduced over "dp_replicate_e". When "ep" spans the dense replicas, its
+reduce-scatter already covers them and "dp_replicate_e" is smaller (1 when ep = world_size); the
+dense "dp_replicate" all-reduce never touches expert gradients. Every rank's gradient comes from
+its own tokens (the batch mesh decides which), so the world average scaled by the training step's
+loss factor is the gradient of the global mean loss (see `trainer.train.train_step`).
 
 Context parallelism here is the simple exact form: each rank all-gathers the keys and values of
 its cp group and attends its own queries to all of them under a causal mask written in global

@@ -16,15 +16,43 @@ def test_product_error_names_every_factor() -> None:
         assert part in message
 
 
-def test_ep_must_divide_dp_shard_times_cp() -> None:
+@pytest.mark.parametrize(
+    ("dp_replicate", "dp_shard", "cp", "ep", "world_size", "dp_replicate_e"),
+    [
+        # Experts inside one dense shard group: a part of it, or all of it.
+        (2, 2, 2, 2, 8, 4),
+        (1, 4, 2, 8, 8, 1),  # the recipe layout: cp=2 and ep=8 on the same 8 ranks
+        # Experts across whole dense shard groups, i.e. across dense replicas.
+        (2, 2, 2, 8, 8, 1),
+        (4, 2, 1, 8, 8, 1),
+        (4, 2, 1, 4, 8, 2),
+        (2, 4, 2, 16, 16, 1),  # two nodes: dense shard groups of 8 per node, experts over both
+    ],
+)
+def test_valid_ep(dp_replicate: int, dp_shard: int, cp: int, ep: int, world_size: int,
+                  dp_replicate_e: int) -> None:
+    dims = ParallelDims(dp_replicate=dp_replicate, dp_shard=dp_shard, cp=cp, ep=ep, world_size=world_size)
+    assert dims.dp_replicate_e == dp_replicate_e
+
+
+@pytest.mark.parametrize(
+    ("dp_replicate", "dp_shard", "cp", "ep", "world_size"),
+    [
+        (1, 2, 2, 3, 4),  # neither a divisor nor a multiple of dp_shard * cp, nor a divisor of the world
+        (3, 2, 1, 4, 6),  # a multiple of dp_shard * cp that does not divide world_size
+        (3, 4, 1, 6, 12),  # divides world_size, but each ep group would take 1.5 dense shard groups
+        (2, 4, 1, 16, 8),  # wider than the world
+    ],
+)
+def test_invalid_ep_error_names_every_factor(dp_replicate: int, dp_shard: int, cp: int, ep: int,
+                                             world_size: int) -> None:
     with pytest.raises(ValueError) as err:
-        ParallelDims(dp_replicate=2, dp_shard=2, cp=2, ep=8, world_size=8)
+        ParallelDims(dp_replicate=dp_replicate, dp_shard=dp_shard, cp=cp, ep=ep, world_size=world_size)
     message = str(err.value)
-    for part in ("ep (8)", "dp_shard (2)", "cp (2)", "= 4"):
+    for part in (f"ep ({ep}) must divide dp_shard ({dp_shard}) * cp ({cp}) = {dp_shard * cp}",
+                 f"or be a multiple of it that divides world_size ({world_size})",
+                 f"dp_replicate ({dp_replicate})"):
         assert part in message
-    # The recipe layout: experts borrow the cp ranks, so cp=2 and ep=8 fit on 8 ranks.
-    dims = ParallelDims(dp_shard=4, cp=2, ep=8, world_size=8)
-    assert (dims.dp, dims.dp_shard_cp, dims.dp_replicate_e) == (4, 8, 1)
 
 
 @pytest.mark.parametrize("field", ["dp_replicate", "dp_shard", "cp", "ep", "world_size"])
@@ -54,6 +82,26 @@ def test_layouts_without_processes() -> None:
     dense_rows = [set(row) for row in dims.dense_layout().tolist()]
     for row in dims.expert_layout().tolist():
         assert any(set(row) <= dense for dense in dense_rows)
+
+
+@pytest.mark.parametrize(
+    ("dims", "dense", "expert"),
+    [
+        (ParallelDims(dp_replicate=2, dp_shard=2, cp=2, ep=8, world_size=8),
+         [[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 1, 2, 3, 4, 5, 6, 7]]),
+        (ParallelDims(dp_replicate=4, dp_shard=2, cp=1, ep=4, world_size=8),
+         [[0, 1], [2, 3], [4, 5], [6, 7]], [[0, 1, 2, 3], [4, 5, 6, 7]]),
+    ],
+    ids=["r2-s2-cp2-ep8", "r4-s2-ep4"],
+)
+def test_wide_expert_layout_is_whole_dense_shard_groups(dims: ParallelDims, dense: list[list[int]],
+                                                        expert: list[list[int]]) -> None:
+    assert dims.dense_layout().tolist() == dense
+    assert dims.expert_layout().tolist() == expert
+    # Each expert shard group is the union of ep / (dp_shard * cp) whole dense shard groups.
+    dense_rows = [set(row) for row in dense]
+    for row in expert:
+        assert set(row) == set().union(*(d for d in dense_rows if d <= set(row)))
 
 
 def _mesh_groups(rank: int, world_size: int, dims: ParallelDims) -> dict[str, object]:
@@ -107,5 +155,31 @@ def test_meshes_on_8_gloo_ranks() -> None:
     assert groups[5]["ep"] == [4, 5, 6, 7]
     assert groups[5]["dp_replicate_e"] == [1, 5]
     assert groups[5]["cp"] == [4, 5] and groups[5]["dp"] == [1, 3, 5, 7]
+    for rank, got in enumerate(groups):
+        assert got == _expected(dims, rank)
+
+
+@pytest.mark.parametrize(
+    ("dims", "rank_5"),
+    [
+        # Dense shard groups of 4 ("a node") and 2 replicas; experts sharded over all 8 ranks.
+        (ParallelDims(dp_replicate=2, dp_shard=2, cp=2, ep=8, world_size=8),
+         {"dp_shard_cp": [4, 5, 6, 7], "dp_replicate": [1, 5], "ep": list(range(8)),
+          "dp_replicate_e": [5], "cp": [4, 5], "dp": [1, 3, 5, 7]}),
+        # Dense shard groups of 2 and 4 replicas, no cp; experts sharded over all 8 ranks.
+        (ParallelDims(dp_replicate=4, dp_shard=2, cp=1, ep=8, world_size=8),
+         {"dp_shard_cp": [4, 5], "dp_replicate": [1, 3, 5, 7], "ep": list(range(8)),
+          "dp_replicate_e": [5], "cp": [5], "dp": list(range(8))}),
+        # The same dense layout; experts over two shard groups at a time, replicated twice.
+        (ParallelDims(dp_replicate=4, dp_shard=2, cp=1, ep=4, world_size=8),
+         {"dp_shard_cp": [4, 5], "dp_replicate": [1, 3, 5, 7], "ep": [4, 5, 6, 7],
+          "dp_replicate_e": [1, 5], "cp": [5], "dp": list(range(8))}),
+    ],
+    ids=["r2-s2-cp2-ep8", "r4-s2-ep8", "r4-s2-ep4"],
+)
+def test_wide_expert_meshes_on_8_gloo_ranks(dims: ParallelDims, rank_5: dict[str, list[int]]) -> None:
+    groups = run_gloo(8, _mesh_groups, dims)
+    for name, ranks in rank_5.items():
+        assert groups[5][name] == ranks, name
     for rank, got in enumerate(groups):
         assert got == _expected(dims, rank)
