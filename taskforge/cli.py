@@ -86,9 +86,10 @@ def test_command(source: str, runs: int, as_json: bool, timeout_s: float) -> Non
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the task shards.")
 @click.option("--max-tasks", default=10, show_default=True, type=click.IntRange(1), help="Valid tasks per repository.")
 @click.option("--strategies", default="body,symbol,module", show_default=True, help="Comma-separated removal strategies.")
+@click.option("--keep-flagged", is_flag=True, help="Keep tasks whose leak audit found remnants (marked in the audit column) instead of rejecting them.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for the candidate ranking.")
 @_one_line_errors
-def mine_command(sources: tuple[str, ...], out_dir: Path, max_tasks: int, strategies: str, seed: int) -> None:
+def mine_command(sources: tuple[str, ...], out_dir: Path, max_tasks: int, strategies: str, keep_flagged: bool, seed: int) -> None:
     """Mine feature-removal tasks from each SOURCE into Parquet shards in OUT.
 
     A repository that fails is recorded with its reason (in OUT/mine-summary.json) and the run
@@ -109,6 +110,7 @@ def mine_command(sources: tuple[str, ...], out_dir: Path, max_tasks: int, strate
         config = MineConfig(
             max_tasks=max_tasks,
             seed=seed,
+            keep_flagged=keep_flagged,
             candidates=CandidateConfig(strategies=tuple(s.strip() for s in strategies.split(",") if s.strip())),  # type: ignore[arg-type]
         )
     except ValueError as err:
@@ -135,7 +137,7 @@ def mine_command(sources: tuple[str, ...], out_dir: Path, max_tasks: int, strate
             continue
         bar.close()
         if result.tasks:
-            write_shard(result.tasks, out_dir, name=f"tasks-{result.tasks[0].repo}-{result.tasks[0].base_commit[:12]}-s{seed}.parquet")
+            write_shard(result.tasks, out_dir, name=f"tasks-{result.tasks[0].repo}-{result.tasks[0].source_commit[:12]}-s{seed}.parquet")
         totals["candidates"] += result.candidates
         totals["attempted"] += result.attempted
         totals["tasks"] += len(result.tasks)
@@ -189,6 +191,66 @@ def validate_command(directory: Path) -> None:
     click.echo(f"{len(tasks) - broken} of {len(tasks)} tasks hold")
     if broken:
         sys.exit(1)
+
+
+@main.command("audit")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@_one_line_errors
+def audit_command(directory: Path) -> None:
+    """Audit every task in DIRECTORY for remnants of its removed code, and store each result in
+    the task's row (the ``audit`` column). Exit status 1 if any task has findings."""
+    from dataclasses import replace
+
+    from taskforge.audit import AuditResult
+    from taskforge.sandbox import open_backend
+    from taskforge.shards import read_shard, shard_paths, write_shard
+    from taskforge.validate import audit_tasks
+
+    backend = open_backend("docker")
+    flagged = failed = total = 0
+    for shard in shard_paths(directory):
+        tasks = read_shard(shard)
+        audits = audit_tasks(tasks, backend=backend)
+        updated = []
+        for task in tasks:
+            total += 1
+            audit = audits[task.instance_id]
+            if not isinstance(audit, AuditResult):
+                failed += 1
+                click.echo(f"FAILED  {task.instance_id}: {audit}")
+                updated.append(task)
+                continue
+            updated.append(replace(task, audit=audit.to_json()))
+            if audit.clean:
+                click.echo(f"clean   {task.instance_id}  ({audit.files} files, {audit.seconds:.2f}s)")
+            else:
+                flagged += 1
+                click.echo(f"LEAK    {task.instance_id}")
+                for finding in audit.findings[:10]:
+                    click.echo(f"        {finding['kind']:<10} {finding['match']:<10} {finding['path']}")
+        write_shard(updated, directory, name=shard.name)
+    click.echo(f"{total - flagged - failed} of {total} tasks clean, {flagged} with findings, {failed} not audited")
+    if flagged or failed:
+        sys.exit(1)
+
+
+@main.command("checkout")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("instance_id")
+@click.argument("dest", type=click.Path(path_type=Path))
+@_one_line_errors
+def checkout_command(directory: Path, instance_id: str, dest: Path) -> None:
+    """Write out INSTANCE_ID's start state into DEST (a new folder): exactly the working tree and
+    .git an agent starts from, rebuilt from the task's row."""
+    from taskforge.shards import read_tasks
+    from taskforge.validate import rebuild_start_state
+
+    tasks = {task.instance_id: task for task in read_tasks(directory)}
+    if instance_id not in tasks:
+        raise TaskforgeError(f"no task {instance_id!r} in {directory}", reason="no_such_task")
+    task = tasks[instance_id]
+    start = rebuild_start_state(task, dest)
+    click.echo(f"{dest}: start state of {instance_id} at {start.commit[:12]}; image {task.image_name}")
 
 
 @main.group()

@@ -27,9 +27,13 @@ from __future__ import annotations
 import ast
 import bisect
 import difflib
+import hashlib
+import json
 import os
 import re
+import sys
 import sysconfig
+import tempfile
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -399,11 +403,35 @@ class _Vocabulary:
 
 @lru_cache(maxsize=1)
 def _stdlib_vocabulary() -> _Vocabulary:
-    """Read once per process (a second or two): the identifiers and short string literals of the
-    standard library's sources, as a stand-in for what any third-party package may hold. Literals
-    come from its test suite too: hidden tests assert on CPython's own error messages
-    (``"invalid literal for int"``), which other packages' tests quote as well."""
+    """The identifiers and short string literals of the standard library's sources, as a stand-in
+    for what any third-party package may hold. Literals come from its test suite too: hidden tests
+    assert on CPython's own error messages (``"invalid literal for int"``), which other packages'
+    tests quote as well. Reading the sources takes a second or so; the result is kept in the cache
+    folder, keyed by the interpreter and the standard library's location."""
+    from taskforge.paths import cache_root
+
     root = sysconfig.get_paths()["stdlib"]
+    key = hashlib.sha256(f"{sys.version}\0{root}\0{_VOCABULARY_FORMAT}".encode()).hexdigest()[:16]
+    stored = cache_root() / "audit" / f"vocabulary-{key}.json"
+    try:
+        data = json.loads(stored.read_text(encoding="utf-8"))
+        return _Vocabulary(document_frequency=data["document_frequency"], literals=data["literals"], modules=data["modules"])
+    except (OSError, ValueError, KeyError):
+        pass  # not stored yet (or damaged): read the sources
+    vocabulary = _read_stdlib_vocabulary(root)
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".vocabulary-", dir=stored.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump({"document_frequency": vocabulary.document_frequency, "literals": vocabulary.literals,
+                   "modules": vocabulary.modules}, handle)
+    os.replace(tmp, stored)
+    return vocabulary
+
+
+_VOCABULARY_FORMAT = 1
+
+
+def _read_stdlib_vocabulary(root: str) -> _Vocabulary:
     skip = {"site-packages", "dist-packages", "idlelib", "__pycache__"}
     tests = {"test", "tests"}
     frequency: dict[str, int] = {}

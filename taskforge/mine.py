@@ -7,7 +7,9 @@
                ─► hide them ─► full suite once at the start state: everything else passes
                ─► diffs (patch, test_patch, removal_patch); gold must give back the original
                ─► problem statement, checked for leaked code
-          ─► Task rows
+               ─► start state: scrubbed, a fresh one-commit repository ─► audit it for
+                  remnants of the removed code
+          ─► audit the environment image once for every task's remnants ─► Task rows
 
 ``mine_repository`` is a plain function: the CLI calls it directly, and the Ray orchestration
 calls the same function in its workers. A failure of the whole repository raises a
@@ -23,20 +25,24 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from pathlib import PurePosixPath
+from dataclasses import asdict, dataclass, field, replace
+import tempfile
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from taskforge import __version__
+from taskforge.audit import IMAGE_ROOTS, AuditResult, audit_task_state, scan_image
 from taskforge.baseimage import BaseImage
 from taskforge.candidates import Candidate, CandidateConfig, find_candidates
 from taskforge.environment import Environment, build_environment
 from taskforge.errors import TaskforgeError, TestRunError
+from taskforge.fingerprint import Fingerprint
 from taskforge.hiding import hide_tests
 from taskforge.patches import apply_patch, diff
 from taskforge.removal import Removal, RemovalAgent, load_agent
 from taskforge.sandbox import SandboxBackend, SandboxLimits
 from taskforge.sources import Snapshot, fetch
+from taskforge.startstate import is_scrubbed, scrub_changes, write_start_state
 from taskforge.statements import StatementContext, leaked_lines, load_writer, removed_symbols
 from taskforge.symbols import SymbolIndex, build_index, is_test_path
 from taskforge.testrun import RunResult, SuiteRunner, require_test_files
@@ -72,6 +78,8 @@ class MineConfig:
     """Removal agent (taskforge.removal.REMOVAL_AGENTS)."""
     writer: str = "template"
     """Problem statement writer (taskforge.statements.STATEMENT_WRITERS)."""
+    keep_flagged: bool = False
+    """Keep tasks whose audit found remnants of the removed code (marked in ``audit``) instead of rejecting them."""
     candidates: CandidateConfig = field(default_factory=CandidateConfig)
 
     def __post_init__(self) -> None:
@@ -90,6 +98,9 @@ class Task:
     repo: str
     source: str
     base_commit: str
+    """The start state's commit: a fresh repository with this one commit (taskforge.startstate)."""
+    source_commit: str
+    """The commit of the source snapshot the task was cut from."""
     version: str
     strategy: str
     target: str
@@ -108,6 +119,8 @@ class Task:
     """Lines of code the gold patch puts back."""
     validation: str
     """Validation details, as JSON: runs, durations, agent, writer."""
+    audit: str
+    """The leak audit, as JSON (taskforge.audit.AuditResult): findings, what was searched, time."""
     seed: int
     taskforge_version: str
 
@@ -204,6 +217,10 @@ class _Context:
     baseline: _Baseline
     agent: RemovalAgent
     config: MineConfig
+    scrubbed: dict[str, str | None]
+    """Tracked files the start state leaves out (taskforge.startstate), as deletions."""
+    work_dir: Path
+    """Where start states are written."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -254,7 +271,7 @@ def _start_state(
     hidden_changes = _hide(sorted(set(fail_to_pass) | broken_modules), ctx)
     if isinstance(hidden_changes, str):
         return hidden_changes
-    return fail_to_pass, {**changes, **hidden_changes}
+    return fail_to_pass, {**changes, **hidden_changes, **ctx.scrubbed}
 
 
 def _check_start(start: RunResult, fail_to_pass: Sequence[str], ctx: _Context) -> tuple[list[str], list[str]] | str:
@@ -276,7 +293,8 @@ def _check_start(start: RunResult, fail_to_pass: Sequence[str], ctx: _Context) -
 def _check_fast(
     candidate: Candidate, changes: dict[str, str | None], removal: Removal, ctx: _Context, runner: SuiteRunner, result: RepoResult
 ) -> _Checked | str:
-    """Affected tests first, `repeats` times, in the warm container; then the full suite once.
+    """Affected tests first, `repeats` times (in one exec), in the warm container; then the full
+    suite once.
 
     When the full run shows tests that the removal breaks but coverage did not tie to the feature
     (a test module that imports it, a test that reaches it through a subprocess), they join the
@@ -288,13 +306,14 @@ def _check_fast(
     for round_ in range(2):
         failing_sets: list[set[str]] = []
         broken_modules: set[str] = set()
-        for attempt in range(ctx.config.repeats):
-            run = runner.run(
-                changes=changes,
-                select=tests,
-                imports=importable if attempt == round_ == 0 else (),
-                extra_args=_CONTINUE,
-            )
+        runs = runner.run_repeated(
+            repeats=ctx.config.repeats,
+            changes=changes,
+            select=tests,
+            imports=importable if round_ == 0 else (),
+            extra_args=_CONTINUE,
+        )
+        for run in runs:
             result.runs += 1
             timings["affected_s"].append(round(run.duration_s, 3))
             if run.import_errors:
@@ -375,13 +394,15 @@ def _check_naive(
 
 
 def _make_task(candidate: Candidate, removal: Removal, checked: _Checked, ctx: _Context) -> Task | str:
-    """Diffs, the gold check, the statement and its leak check; the task row or a rejection reason."""
+    """Diffs, the gold check, the statement and its leak check: the task row (start state and
+    audit still to come), or a rejection reason."""
     snapshot = ctx.snapshot
     start_changes = checked.start_changes
     removal_patch = diff(snapshot.path, {}, start_changes)
-    patch = diff(snapshot.path, start_changes, {}, paths=lambda p: not is_test_file(p))
-    test_patch = diff(snapshot.path, start_changes, {}, paths=is_test_file)
-    if apply_patch(snapshot.path, start_changes, patch + test_patch):
+    # Gold puts the code back, not the scrubbed leftovers.
+    patch = diff(snapshot.path, start_changes, ctx.scrubbed, paths=lambda p: not is_test_file(p) and not is_scrubbed(p))
+    test_patch = diff(snapshot.path, start_changes, ctx.scrubbed, paths=is_test_file)
+    if apply_patch(snapshot.path, start_changes, patch + test_patch) != ctx.scrubbed:
         return "gold_does_not_restore"
     writer = load_writer(ctx.config.writer)
     module_path = ctx.index.modules.get(candidate.target) or ctx.index.symbols[candidate.target].path
@@ -404,11 +425,14 @@ def _make_task(candidate: Candidate, removal: Removal, checked: _Checked, ctx: _
     lines_removed = sum(1 for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++"))
     digest = hashlib.sha256("\0".join([snapshot.commit, candidate.strategy, candidate.target, removal_patch]).encode())
     slug = re.sub(r"[^A-Za-z0-9]+", "-", candidate.target.replace(":", ".")).strip("-")[-60:]
+    instance_id = f"{snapshot.name}__{candidate.strategy}-{slug}-{digest.hexdigest()[:10]}"
+
     return Task(
-        instance_id=f"{snapshot.name}__{candidate.strategy}-{slug}-{digest.hexdigest()[:10]}",
+        instance_id=instance_id,
         repo=snapshot.name,
         source=snapshot.source,
-        base_commit=snapshot.commit,
+        base_commit="",  # set by _scrub_and_audit
+        source_commit=snapshot.commit,
         version=snapshot.version or snapshot.commit[:12],
         strategy=candidate.strategy,
         target=candidate.target,
@@ -428,9 +452,52 @@ def _make_task(candidate: Candidate, removal: Removal, checked: _Checked, ctx: _
              "writer": writer.name, **checked.timings},
             sort_keys=True,
         ),
+        audit="",  # set by _scrub_and_audit
         seed=ctx.config.seed,
         taskforge_version=__version__,
     )
+
+
+def _scrub_and_audit(task: Task, checked: _Checked, ctx: _Context) -> tuple[Task, Fingerprint] | str:
+    """Write the scrubbed one-commit start state and audit it: the task with its ``base_commit``
+    and ``audit``, and the fingerprint for the image scan; or a rejection reason."""
+    start_dir = ctx.work_dir / task.instance_id
+    base_commit = write_start_state(ctx.snapshot, checked.start_changes, start_dir)
+    fingerprint, audit = audit_task_state(source_dir=ctx.snapshot.path, start_dir=start_dir,
+                                          start_changes=checked.start_changes, strategy=task.strategy,
+                                          test_ids=checked.fail_to_pass)
+    if fingerprint.empty:
+        return "audit_empty_fingerprint"  # nothing distinctive was removed: no audit could vouch for it
+    if not audit.clean and not ctx.config.keep_flagged:
+        return "audit_findings"
+    return replace(task, base_commit=base_commit, audit=audit.to_json()), fingerprint
+
+
+def _audit_image(
+    tasks: list[Task], fingerprints: Mapping[str, Fingerprint], ctx: _Context, *, runner: SuiteRunner,
+    result: RepoResult,
+) -> list[Task]:
+    """One scan of the environment image for every task's fingerprint, in the warm container; its
+    findings join each task's audit, and flagged tasks are dropped unless ``keep_flagged``."""
+    if not tasks:
+        return tasks
+    # The warm container's /tmp holds taskforge's tools; an agent's /tmp starts empty.
+    roots = [root for root in IMAGE_ROOTS if root != "/tmp"]
+    findings, totals = scan_image(fingerprints, sandbox=runner.sandbox(), roots=roots)
+    share = totals["seconds"] / len(tasks)
+    kept = []
+    for task in tasks:
+        audit = AuditResult(**{k: v for k, v in json.loads(task.audit).items() if k not in ("clean", "image_scanned")})
+        audit.findings += findings[task.instance_id]
+        audit.files += totals["files"]
+        audit.bytes += totals["bytes"]
+        audit.seconds += share
+        audit.image_scanned = True
+        if audit.clean or ctx.config.keep_flagged:
+            kept.append(replace(task, audit=audit.to_json()))
+        else:
+            result.rejections["audit_findings"] += 1
+    return kept
 
 
 def _removed_modules(candidate: Candidate) -> set[str]:
@@ -469,18 +536,26 @@ def mine_repository(
                 snapshot.path, index, baseline.coverage, baseline.passing, config=config.candidates, seed=config.seed
             )
         result.candidates = len(candidates)
-        ctx = _Context(snapshot=snapshot, env=env, index=index, baseline=baseline, agent=ctx_agent, config=config)
-        for candidate in candidates[: config.max_attempts]:
-            if len(result.tasks) >= config.max_tasks:
-                break
-            result.attempted += 1
-            outcome = _validate(candidate, ctx, runner=runner, backend=backend, limits=limits, naive=naive, result=result)
-            if isinstance(outcome, Task):
-                result.tasks.append(outcome)
-            else:
-                result.rejections[outcome] += 1
-            if on_candidate is not None:
-                on_candidate(result)
+        work = tempfile.TemporaryDirectory(prefix="taskforge-start-")
+        ctx = _Context(snapshot=snapshot, env=env, index=index, baseline=baseline, agent=ctx_agent, config=config,
+                       scrubbed=scrub_changes(snapshot), work_dir=Path(work.name))
+        fingerprints: dict[str, Fingerprint] = {}
+        with work:
+            for candidate in candidates[: config.max_attempts]:
+                if len(result.tasks) >= config.max_tasks:
+                    break
+                result.attempted += 1
+                outcome = _validate(candidate, ctx, runner=runner, backend=backend, limits=limits, naive=naive,
+                                    result=result)
+                if isinstance(outcome, str):
+                    result.rejections[outcome] += 1
+                else:
+                    task, fingerprints[task.instance_id] = outcome
+                    result.tasks.append(task)
+                if on_candidate is not None:
+                    on_candidate(result)
+        with stage("audit"):
+            result.tasks = _audit_image(result.tasks, fingerprints, ctx, runner=runner, result=result)
         result.containers += runner.containers_started
     return result
 
@@ -488,7 +563,7 @@ def mine_repository(
 def _validate(
     candidate: Candidate, ctx: _Context, *, runner: SuiteRunner, backend: SandboxBackend,
     limits: SandboxLimits | None, naive: bool, result: RepoResult,
-) -> Task | str:
+) -> tuple[Task, Fingerprint] | str:
     """One candidate through removal, checks and task building: a task, or a rejection reason."""
     stage = _Stages(result)
     with stage("remove"):
@@ -504,4 +579,8 @@ def _validate(
     if isinstance(checked, str):
         return checked
     with stage("describe"):
-        return _make_task(candidate, removal, checked, ctx)
+        task = _make_task(candidate, removal, checked, ctx)
+    if isinstance(task, str):
+        return task
+    with stage("audit"):
+        return _scrub_and_audit(task, checked, ctx)

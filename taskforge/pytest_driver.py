@@ -5,6 +5,9 @@ as one exec per test run, which keeps a run to a single round trip:
 
     python /tmp/taskforge/driver.py '<json request>' < changed-files.tar
 
+A request may ask for the same run several times (one nonce each, ``nonces``): the repeats
+share the exec, and each starts from a fresh reset, with every process of the one before killed.
+
 The request says:
 - ``reset``: restore /workspace to its committed state (``git reset --hard``, ``git clean -fdx``)
   and empty /tmp but for /tmp/taskforge, so that no run sees another's leftovers;
@@ -13,10 +16,12 @@ The request says:
 - ``select``: node ids to run: only their files are collected, and the taskforge plugin
   deselects the rest of those files' tests;
 - ``coverage``: directories to measure, per test;
-- ``imports``: modules to import first, in one fresh interpreter; those that fail are reported;
-- ``pytest``: false to skip pytest (an import check alone).
+- ``imports``: modules to import first (before the first run), in one fresh interpreter; those
+  that fail are reported;
+- ``pytest``: false to skip pytest (an import check alone);
+- ``nonces``: one per run; each run's JUnit report must carry its own.
 
-It prints one JSON object: pytest's exit code, the tail of its output, the JUnit report, the
+It prints a JSON list with one object per run: pytest's exit code, the tail of its output, the JUnit report, the
 resource limits the run ran into and, if asked, the coverage map and the modules that failed to
 import. Then it kills every other process of the sandbox user (``kill(-1)``, which spares PID 1
 and the caller), so nothing a test started outlives the run: the same reap the sandbox layer does
@@ -24,6 +29,7 @@ after an exec, done here to save an exec per run. pytest's own output goes to a 
 channel that carries the report.
 """
 
+import io
 import json
 import os
 import shutil
@@ -31,6 +37,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import time
 
 WORKSPACE = "/workspace"
 TOOL_DIR = "/tmp/taskforge"
@@ -128,13 +135,13 @@ def _stamp(paths):  # type: ignore[no-untyped-def]
         f.write(str(count))
 
 
-def main() -> None:
-    request = json.loads(sys.argv[1])
+def _apply(request, payload):  # type: ignore[no-untyped-def]
+    """Put the workspace in the state the request asks for."""
     if request.get("reset"):
         _reset()
     # The tar comes from taskforge on the host, not from the repository; the image's Python may
     # predate extraction filters (Debian 12 ships 3.11.2).
-    with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as tar:
+    with tarfile.open(fileobj=io.BytesIO(payload), mode="r") as tar:
         written = []
         for member in tar:
             tar.extract(member, WORKSPACE)
@@ -148,11 +155,16 @@ def main() -> None:
         if os.path.exists(stale):
             os.unlink(stale)
 
+
+def _run(request, nonce, imports):  # type: ignore[no-untyped-def]
+    """One pytest run on the current workspace: its reply."""
+    started = time.monotonic()
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = PYCACHE
     env.update(request.get("env", {}))
-    import_errors = _import_errors(request.get("imports") or [], env)
+    env["TASKFORGE_NONCE"] = nonce
+    import_errors = _import_errors(imports, env)
     args = list(request["args"])
     if request.get("select") is not None:
         with open(SELECT, "w", encoding="utf-8") as f:
@@ -187,22 +199,37 @@ def main() -> None:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read()
 
-    json.dump(
-        {
-            "exit_code": returncode,
-            "output_tail": tail,
-            "report": read(REPORT),
-            "coverage": read(COVERAGE),
-            "import_errors": import_errors,
-            "limits_hit": sorted(name for name in after if after[name] > before[name]),
-        },
-        sys.stdout,
-    )
-    sys.stdout.flush()
+    return {
+        "exit_code": returncode,
+        "output_tail": tail,
+        "report": read(REPORT),
+        "coverage": read(COVERAGE),
+        "import_errors": import_errors,
+        "limits_hit": sorted(name for name in after if after[name] > before[name]),
+        "seconds": time.monotonic() - started,
+    }
+
+
+def _reap() -> None:
+    """Kill every other process of the sandbox user, so nothing a test started outlives its run."""
     try:
         os.kill(-1, signal.SIGKILL)
     except ProcessLookupError:
         pass  # nothing was left to kill
+
+
+def main() -> None:
+    request = json.loads(sys.argv[1])
+    payload = sys.stdin.buffer.read()
+    replies = []
+    for number, nonce in enumerate(request["nonces"]):
+        if number:
+            _reap()  # what the previous repeat started must not see this one
+        _apply(request, payload)
+        replies.append(_run(request, nonce, request.get("imports") or [] if number == 0 else []))
+    json.dump(replies, sys.stdout)
+    sys.stdout.flush()
+    _reap()
 
 
 if __name__ == "__main__":

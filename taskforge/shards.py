@@ -19,9 +19,9 @@ if TYPE_CHECKING:
 
     from taskforge.mine import Task
 
-__all__ = ["TASK_SCHEMA_VERSION", "read_tasks", "task_schema", "write_shard"]
+__all__ = ["TASK_SCHEMA_VERSION", "read_shard", "read_tasks", "shard_paths", "task_schema", "write_shard"]
 
-TASK_SCHEMA_VERSION = 1
+TASK_SCHEMA_VERSION = 2
 
 
 def task_schema() -> pa.Schema:
@@ -29,11 +29,12 @@ def task_schema() -> pa.Schema:
 
     text, strings = pa.string(), pa.list_(pa.string())
     fields = [
-        ("instance_id", text), ("repo", text), ("source", text), ("base_commit", text), ("version", text),
+        ("instance_id", text), ("repo", text), ("source", text), ("base_commit", text),
+        ("source_commit", text), ("version", text),
         ("strategy", text), ("target", text), ("removed", strings), ("patch", text), ("test_patch", text),
         ("removal_patch", text), ("problem_statement", text), ("FAIL_TO_PASS", strings), ("PASS_TO_PASS", strings),
         ("hidden_tests", strings), ("image_name", text), ("environment", text), ("lines_removed", pa.int64()),
-        ("validation", text), ("seed", pa.int64()), ("taskforge_version", text),
+        ("validation", text), ("audit", text), ("seed", pa.int64()), ("taskforge_version", text),
     ]
     return pa.schema(fields, metadata={b"taskforge.schema": b"task", b"taskforge.schema_version": str(TASK_SCHEMA_VERSION).encode()})
 
@@ -62,21 +63,30 @@ def write_shard(tasks: Sequence[Task], out_dir: Path, *, name: str) -> Path:
     return final
 
 
-def read_tasks(directory: Path) -> list[Task]:
-    """Every task in the directory's shards, in shard-name order."""
+def shard_paths(directory: Path) -> list[Path]:
+    """The task shards of a directory, in name order (hidden temporaries left out)."""
+    shards = sorted(p for p in directory.glob("*.parquet") if not p.name.startswith("."))
+    if not shards:
+        raise TaskforgeError(f"no task shards (*.parquet) in {directory}", reason="no_shards")
+    return shards
+
+
+def read_shard(shard: Path) -> list[Task]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from taskforge.mine import Task
 
-    shards = sorted(p for p in directory.glob("*.parquet") if not p.name.startswith("."))
-    if not shards:
-        raise TaskforgeError(f"no task shards (*.parquet) in {directory}", reason="no_shards")
-    tasks = []
-    for shard in shards:
-        try:
-            rows: Iterable[dict[str, Any]] = pq.read_table(shard).to_pylist()
-        except (pa.ArrowException, OSError) as err:
-            raise TaskforgeError(f"cannot read shard {shard}: {err}", reason="corrupt_shard") from err
-        tasks.extend(Task.from_row(row) for row in rows)
-    return tasks
+    try:
+        rows: Iterable[dict[str, Any]] = pq.read_table(shard).to_pylist()
+    except (pa.ArrowException, OSError) as err:
+        raise TaskforgeError(f"cannot read shard {shard}: {err}", reason="corrupt_shard") from err
+    try:
+        return [Task.from_row(row) for row in rows]
+    except TypeError as err:
+        raise TaskforgeError(f"shard {shard} does not hold task rows of this version: {err}", reason="schema_mismatch") from err
+
+
+def read_tasks(directory: Path) -> list[Task]:
+    """Every task in the directory's shards, in shard-name order."""
+    return [task for shard in shard_paths(directory) for task in read_shard(shard)]

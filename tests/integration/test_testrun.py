@@ -184,3 +184,21 @@ def test_warm_runs_never_reuse_stale_bytecode(tricky, backend) -> None:  # type:
         seen = [runner.run(changes=changes, select=[fails]).results[fails].outcome for changes, _ in states]
         assert runner.containers_started == 1
     assert seen == [expected for _, expected in states]
+
+
+def test_repeats_in_one_exec_are_independent_runs(tricky, backend) -> None:  # type: ignore[no-untyped-def]
+    """Repeats sharing an exec each start from a reset tree and empty /tmp, in a new interpreter
+    (so hash-dependent tests still vary), and each report carries its own nonce."""
+    from taskforge.testrun import SuiteRunner
+
+    snapshot, env = tricky
+    prefix = "tests/test_tricky.py::"
+    with SuiteRunner(snapshot, env, backend=backend) as runner:
+        runs = runner.run_repeated(repeats=2, imports=["tricky", "tricky.missing"])
+    assert len(runs) == 2
+    for run in runs:
+        assert run.results[f"{prefix}test_no_leftovers_from_earlier_runs"].outcome == "passed"
+        assert run.results[f"{prefix}TestGroup::test_fails"].outcome == "failed"
+    assert "tricky.missing" in runs[0].import_errors and not runs[1].import_errors
+    hashes = [{t: r.outcome for t, r in run.results.items() if "test_flaky_hash" in t} for run in runs]
+    assert hashes[0] != hashes[1]  # 16 cases agreeing across two interpreters: odds 2**-16
