@@ -151,6 +151,12 @@ def _apply(request, payload):  # type: ignore[no-untyped-def]
         path = os.path.join(WORKSPACE, rel)
         if os.path.lexists(path):
             os.unlink(path)
+        # As in a checkout, a folder whose files are all gone is gone too: an empty
+        # `pkg.egg-info/` left behind would still be found as a distribution with no metadata.
+        parent = os.path.dirname(path)
+        while parent != WORKSPACE and os.path.isdir(parent) and not os.listdir(parent):
+            os.rmdir(parent)
+            parent = os.path.dirname(parent)
     for stale in (REPORT, COVERAGE, SELECT):
         if os.path.exists(stale):
             os.unlink(stale)

@@ -86,6 +86,42 @@ def test_validate_cli_confirms_every_task(mined, session_cache) -> None:  # type
     assert "BROKEN" not in proc.stdout
 
 
+def test_every_task_was_scrubbed_and_audited_clean(mined) -> None:  # type: ignore[no-untyped-def]
+    out, _ = mined
+    for task in read_tasks(out):
+        audit = json.loads(task.audit)
+        assert audit["clean"] and audit["findings"] == [], (task.instance_id, audit["findings"])
+        assert audit["image_scanned"] and audit["files"] > 1000  # the image's site-packages were read
+        assert sum(audit["fingerprint"].values()) > 0
+        assert len(task.base_commit) == 40 and task.base_commit != task.source_commit
+
+
+def test_audit_cli_stores_results_and_checkout_writes_the_agent_view(mined, session_cache, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out, _ = mined
+    env = {**os.environ, "TASKFORGE_CACHE": str(session_cache)}
+    before = {t.instance_id: t for t in read_tasks(out)}
+    proc = subprocess.run([sys.executable, "-m", "taskforge.cli", "audit", str(out)],
+                          capture_output=True, text=True, timeout=1800, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert f"{len(before)} of {len(before)} tasks clean" in proc.stdout
+    after = {t.instance_id: t for t in read_tasks(out)}
+    assert after.keys() == before.keys()
+    for instance_id, task in after.items():
+        assert json.loads(task.audit)["clean"] and task.base_commit == before[instance_id].base_commit
+
+    task = next(iter(after.values()))
+    dest = tmp_path / "agent-view"
+    proc = subprocess.run([sys.executable, "-m", "taskforge.cli", "checkout", str(out), task.instance_id, str(dest)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    git = lambda *args: subprocess.run(["git", *args], cwd=dest, capture_output=True, text=True, check=True).stdout  # noqa: E731
+    assert git("rev-list", "--all").split() == [task.base_commit]
+    assert git("status", "--porcelain") == ""
+    assert not (dest / ".git" / "logs").exists()
+    assert subprocess.run(["git", "apply", "--check", "-"], cwd=dest, input=task.test_patch + task.patch,
+                          text=True, capture_output=True).returncode == 0
+
+
 def test_a_failing_repository_is_recorded_and_the_run_goes_on(tmp_path, session_cache, base_image) -> None:  # type: ignore[no-untyped-def]
     env = {**os.environ, "TASKFORGE_CACHE": str(session_cache)}
     bad = "pypi:taskforge-no-such-project-x7q==1.0"

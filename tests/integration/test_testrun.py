@@ -202,3 +202,17 @@ def test_repeats_in_one_exec_are_independent_runs(tricky, backend) -> None:  # t
     assert "tricky.missing" in runs[0].import_errors and not runs[1].import_errors
     hashes = [{t: r.outcome for t, r in run.results.items() if "test_flaky_hash" in t} for run in runs]
     assert hashes[0] != hashes[1]  # 16 cases agreeing across two interpreters: odds 2**-16
+
+
+def test_deleting_every_file_of_a_folder_removes_the_folder(tricky, backend) -> None:  # type: ignore[no-untyped-def]
+    """As a checkout of the start state would: an empty `pkg.egg-info/` left behind still counts
+    as an installed distribution (with no version)."""
+    from taskforge.testrun import SuiteRunner
+
+    snapshot, env = tricky
+    with SuiteRunner(snapshot, env, backend=backend) as runner:
+        runner.run(changes={"tests/test_tricky.py": None, "src/tricky/cli.py": None}, pytest=False)
+        box = runner.sandbox()
+        assert box.exec(["test", "-e", "/workspace/tests"], timeout_s=30).exit_code == 1
+        assert box.exec(["test", "-e", "/workspace/src/tricky/cli.py"], timeout_s=30).exit_code == 1
+        assert box.exec(["test", "-d", "/workspace/src/tricky"], timeout_s=30).exit_code == 0

@@ -1,0 +1,65 @@
+"""The image audit as mining runs it: the scanner inside a real sandbox of an environment image,
+with the sandbox's own Python, fed the fingerprints on stdin."""
+
+from __future__ import annotations
+
+import io
+import json
+import py_compile
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from taskforge.audit import scan_image
+from taskforge.environment import build_environment
+from taskforge.fingerprint import build_fingerprint
+from taskforge.sandbox import SandboxLimits
+from taskforge.sources import fetch
+
+pytestmark = pytest.mark.docker
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "audit"
+SPEC = json.loads((FIXTURES / "tasks.json").read_text())["body"]
+
+
+@pytest.fixture(scope="module")
+def stanzakit(tmp_path_factory, backend, base_image, session_cache):  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("stanzakit") / "stanzakit"
+    shutil.copytree(FIXTURES / "original", root, ignore=shutil.ignore_patterns("conftest.py"))
+    snapshot = fetch(str(root))
+    env = build_environment(snapshot, backend=backend, base=base_image)
+    original = {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*.py")}
+    after = {path: (FIXTURES / src).read_text() for path, src in SPEC["start"].items()}
+    visible = {**original, **after}
+    fingerprint = build_fingerprint(before={p: original[p] for p in after}, after=after, visible=visible,
+                                    strategy="body", test_ids=SPEC["test_ids"])
+    return root, env, fingerprint
+
+
+def test_a_clean_image_has_no_findings(stanzakit, backend) -> None:  # type: ignore[no-untyped-def]
+    _, env, fingerprint = stanzakit
+    with backend.start(env.image, limits=SandboxLimits.load()) as box:
+        findings, totals = scan_image({"task": fingerprint}, sandbox=box)
+    assert findings == {"task": []}
+    assert totals["files"] > 1000  # the venv's site-packages under /opt were read
+
+
+def test_copies_left_in_the_sandbox_are_found(stanzakit, backend, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Bytecode of the original and a wheel holding it, dropped in /tmp and in a home folder."""
+    root, env, fingerprint = stanzakit
+    pyc = tmp_path / "headers.cpython-311.pyc"
+    py_compile.compile(str(root / "stanzakit/headers.py"), cfile=str(pyc), dfile="stanzakit/headers.py")
+    wheel = io.BytesIO()
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.write(root / "stanzakit/headers.py", "stanzakit/headers.py")
+    with backend.start(env.image, limits=SandboxLimits.load()) as box:
+        box.put_files({"leftover/__pycache__/headers.cpython-311.pyc": pyc.read_bytes(),
+                       "home/stanzakit-0.1-py3-none-any.whl": wheel.getvalue()}, "/tmp")
+        findings, _ = scan_image({"task": fingerprint}, sandbox=box)
+    kinds = {finding["path"].split("!")[0]: finding["kind"] for finding in findings["task"]}
+    assert kinds == {
+        "/tmp/leftover/__pycache__/headers.cpython-311.pyc": "pyc",
+        "/tmp/home/stanzakit-0.1-py3-none-any.whl": "zip",
+    }, findings
