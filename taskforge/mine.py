@@ -21,12 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
-import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -43,7 +43,12 @@ from taskforge.removal import Removal, RemovalAgent, load_agent
 from taskforge.sandbox import SandboxBackend, SandboxLimits
 from taskforge.sources import Snapshot, fetch
 from taskforge.startstate import is_scrubbed, scrub_changes, write_start_state
-from taskforge.statements import StatementContext, leaked_lines, load_writer, removed_symbols
+from taskforge.statements import (
+    StatementContext,
+    leaked_lines,
+    load_writer,
+    removed_symbols,
+)
 from taskforge.symbols import SymbolIndex, build_index, is_test_path
 from taskforge.testrun import RunResult, SuiteRunner, require_test_files
 

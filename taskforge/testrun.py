@@ -29,18 +29,26 @@ from typing import Any, Literal
 
 from taskforge.environment import WORKSPACE, Environment
 from taskforge.errors import NoTestsError, TestRunError
-from taskforge.junit import PLUGIN_MODULE, CollectionError, JUnitReport, Outcome, TestResult, parse_junit, plugin_source
+from taskforge.junit import (
+    PLUGIN_MODULE,
+    CollectionError,
+    JUnitReport,
+    Outcome,
+    TestResult,
+    parse_junit,
+    plugin_source,
+)
 from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
 from taskforge.sources import Snapshot
 
 __all__ = [
     "Agreement",
-    "compare_runs",
     "RunResult",
     "RunStatus",
-    "SuiteRunner",
     "SuiteResult",
+    "SuiteRunner",
     "check_run",
+    "compare_runs",
     "find_test_files",
     "pytest_command",
     "require_test_files",

@@ -18,11 +18,11 @@ from pathlib import Path
 from taskforge.audit import AuditResult, audit_task_state, scan_image
 from taskforge.baseimage import BaseImage
 from taskforge.environment import build_environment
+from taskforge.errors import TaskforgeError
 from taskforge.fingerprint import Fingerprint
 from taskforge.mine import Task
 from taskforge.patches import apply_patch
 from taskforge.sandbox import SandboxBackend, SandboxLimits
-from taskforge.errors import TaskforgeError
 from taskforge.sources import Snapshot, fetch
 from taskforge.startstate import is_scrubbed, write_start_state
 from taskforge.testrun import RunResult, SuiteRunner

@@ -5,7 +5,6 @@ sharded Muon + AdamW against the reference optimizer, as the recipes train.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,15 +33,6 @@ LOSS_RTOL = 1e-6
 GRAD_ATOL = 1e-7
 GRAD_RTOL = 1e-4
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # The in-process steps are tiny; on a shared two-core machine, OpenMP threads spinning against
-    # other processes make them many times slower than one thread.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _optimizer_config(name: str) -> OptimizerConfig:

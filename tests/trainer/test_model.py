@@ -4,7 +4,6 @@ and the matrix layouts the optimizer relies on."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -19,16 +18,6 @@ from trainer.model import (
     count_parameters,
     matrix_layouts,
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # These tensors are tiny; on a shared two-core machine, OpenMP threads spinning against other
-    # processes make them 10-40x slower than one thread.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def test_config_validation_names_the_field() -> None:

@@ -3,8 +3,6 @@ or expert slice, torch.optim.AdamW on the rest; routing rules; and a real traini
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -30,15 +28,6 @@ MUON_ATOL = 1e-4
 # the bias corrections are folded in may differ, which moves the last float32 bit.
 ADAMW_RTOL, ADAMW_ATOL = 1e-6, 1e-7
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # These tensors are tiny; on a shared two-core machine, OpenMP threads spinning against other
-    # processes make them 10-40x slower than one thread.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _grads(shapes: list[tuple[int, ...]], steps: int, seed: int) -> list[list[torch.Tensor]]:
@@ -189,7 +178,10 @@ def test_resuming_from_a_state_dict_equals_not_stopping() -> None:
     optimizer continues exactly."""
     import copy
 
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
 
     def loss(model: Transformer, seed: int) -> torch.Tensor:
         tokens = torch.randint(0, 384, (2, 9), generator=torch.Generator().manual_seed(seed))

@@ -9,7 +9,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,15 +29,6 @@ REPO = Path(__file__).resolve().parents[2]
 TINY_RECIPE = REPO / "recipes" / "train" / "tiny-cpu.toml"
 H200_RECIPE = REPO / "recipes" / "train" / "h200x8-cp2-ep8.toml"
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # The in-process steps are tiny; on a shared two-core machine, OpenMP threads spinning against
-    # other processes make them many times slower than one thread.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ this test is about: the optimizer.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +22,13 @@ import torch.nn.functional as F
 
 from tests.trainer.dist import run_gloo
 from trainer.model import MatrixLayout, ModelConfig, Transformer
-from trainer.muon_reference import DEFAULT_ROUTING, AdamWConfig, MuonConfig, RoutingRule, build_muon_adamw
+from trainer.muon_reference import (
+    DEFAULT_ROUTING,
+    AdamWConfig,
+    MuonConfig,
+    RoutingRule,
+    build_muon_adamw,
+)
 from trainer.sharded_muon import (
     ShardedMuonWithAdamW,
     _Matrix,
@@ -48,15 +53,6 @@ F32_ATOL = 1e-6
 # order (~1e-7 relative on a loss of ~4).
 LOSS_ATOL = 1e-5
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # These tensors are tiny; on a shared two-core machine, OpenMP threads spinning against other
-    # processes make them 10-40x slower than one thread.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _tokens(step: int) -> torch.Tensor:
