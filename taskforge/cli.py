@@ -83,28 +83,31 @@ def test_command(source: str, runs: int, as_json: bool, timeout_s: float) -> Non
 
 @main.command("mine")
 @click.argument("sources", nargs=-1, required=True)
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Directory for the task shards.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Dataset folder for the task shards.")
 @click.option("--max-tasks", default=10, show_default=True, type=click.IntRange(1), help="Valid tasks per repository.")
 @click.option("--strategies", default="body,symbol,module", show_default=True, help="Comma-separated removal strategies.")
 @click.option("--keep-flagged", is_flag=True, help="Keep tasks whose leak audit found remnants (marked in the audit column) instead of rejecting them.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for the candidate ranking.")
 @_one_line_errors
 def mine_command(sources: tuple[str, ...], out_dir: Path, max_tasks: int, strategies: str, keep_flagged: bool, seed: int) -> None:
-    """Mine feature-removal tasks from each SOURCE into Parquet shards in OUT.
+    """Mine feature-removal tasks from each SOURCE into the dataset folder OUT.
 
-    A repository that fails is recorded with its reason (in OUT/mine-summary.json) and the run
-    goes on. Exit status 1 means every repository failed.
+    OUT gets one shard per repository and a manifest (taskforge.datasets). Running again with the
+    same options resumes: sources already mined are skipped, and no task is written twice. A
+    repository that fails is recorded with its reason (in OUT/mine-summary.json) and the run goes
+    on. Exit status 1 means every repository tried failed.
     """
     from collections import Counter
+    from dataclasses import asdict
 
     from tqdm import tqdm
 
     from taskforge.baseimage import current_base
     from taskforge.candidates import CandidateConfig
-    from taskforge.errors import TaskforgeError
+    from taskforge.datasets import TASKS, DatasetWriter, run_versions
+    from taskforge.datasets.manifest import write_atomic
     from taskforge.mine import MineConfig, RepoResult, mine_repository
     from taskforge.sandbox import open_backend
-    from taskforge.shards import write_shard
 
     try:
         config = MineConfig(
@@ -117,51 +120,67 @@ def mine_command(sources: tuple[str, ...], out_dir: Path, max_tasks: int, strate
         raise click.BadParameter(str(err)) from err
     backend = open_backend("docker")
     base = current_base(backend)
+    versions = run_versions(base_image=base.tag, base_image_id=base.image_id, base_origin=base.origin)
     totals: Counter[str] = Counter()
     stage_s: Counter[str] = Counter()
     failures: dict[str, str] = {}
-    summaries = []
-    for source in sources:
-        bar = tqdm(total=config.max_attempts, desc=source, unit="cand", leave=True, file=sys.stderr)
+    pending = list(dict.fromkeys(sources))
+    with DatasetWriter(out_dir, kind=TASKS, recipe={"command": "mine", "config": asdict(config)},
+                       versions=versions) as writer:
+        for name in writer.adopted:
+            _status(f"adopted {name}, which an interrupted run had written")
+        for source in [s for s in pending if s in writer.done]:
+            _status(f"{source}: already mined into {out_dir} ({writer.done[source]['tasks']} tasks); skipped")
+        pending = [s for s in pending if s not in writer.done]
+        for source in pending:
+            bar = tqdm(total=config.max_attempts, desc=source, unit="cand", leave=True, file=sys.stderr)
 
-        def progress(result: RepoResult, bar: tqdm = bar) -> None:  # type: ignore[type-arg]
-            bar.update(1)
-            bar.set_postfix(tasks=len(result.tasks), rejected=sum(result.rejections.values()))
+            def progress(result: RepoResult, bar: tqdm = bar) -> None:  # type: ignore[type-arg]
+                bar.update(1)
+                bar.set_postfix(tasks=len(result.tasks), rejected=sum(result.rejections.values()))
 
-        try:
-            result = mine_repository(source, config=config, backend=backend, base=base, on_candidate=progress)
-        except TaskforgeError as err:
-            failures[source] = f"{err} [{err.reason}]"
-            totals[f"repository_failed:{err.reason}"] += 1
+            try:
+                result = mine_repository(source, config=config, backend=backend, base=base, on_candidate=progress)
+            except TaskforgeError as err:
+                failures[source] = f"{err} [{err.reason}]"
+                totals[f"repository_failed:{err.reason}"] += 1
+                bar.close()
+                continue
             bar.close()
-            continue
-        bar.close()
-        if result.tasks:
-            write_shard(result.tasks, out_dir, name=f"tasks-{result.tasks[0].repo}-{result.tasks[0].source_commit[:12]}-s{seed}.parquet")
-        totals["candidates"] += result.candidates
-        totals["attempted"] += result.attempted
-        totals["tasks"] += len(result.tasks)
-        stage_s.update(result.stage_s)
-        summaries.append({
-            "source": source, "candidates": result.candidates, "attempted": result.attempted,
-            "tasks": len(result.tasks), "rejections": dict(result.rejections),
-            "strategies": dict(Counter(t.strategy for t in result.tasks)),
-            "stage_s": {k: round(v, 2) for k, v in result.stage_s.items()}, "runs": result.runs,
-        })
-        for reason, count in result.rejections.items():
-            totals[f"rejected:{reason}"] += count
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "mine-summary.json").write_text(json.dumps(
-        {"repositories": summaries, "failures": failures, "totals": dict(totals),
-         "stage_s": {k: round(v, 2) for k, v in stage_s.items()}}, indent=2))
-    click.echo(f"candidates {totals['candidates']}, validated {totals['attempted']}, valid tasks {totals['tasks']}")
+            summary = {
+                "source": source, "candidates": result.candidates, "attempted": result.attempted,
+                "tasks": len(result.tasks), "rejections": dict(result.rejections),
+                "strategies": dict(Counter(t.strategy for t in result.tasks)),
+                "stage_s": {k: round(v, 2) for k, v in result.stage_s.items()}, "runs": result.runs,
+            }
+            prefix = (f"tasks-{result.tasks[0].repo}-{result.tasks[0].source_commit[:12]}-s{seed}" if result.tasks
+                      else "tasks-none")
+            written = writer.write((t.to_row() for t in result.tasks), prefix=prefix, done={source: summary})
+            if written.skipped:
+                _status(f"{source}: {written.skipped} task(s) already in {out_dir}; skipped")
+            totals["candidates"] += result.candidates
+            totals["attempted"] += result.attempted
+            totals["tasks"] += written.written
+            stage_s.update(result.stage_s)
+            for reason, count in result.rejections.items():
+                totals[f"rejected:{reason}"] += count
+        mined = list(writer.done.values())
+        rows = writer.manifest.rows
+    # The summary covers every source the folder holds, whichever run mined it.
+    write_atomic(out_dir / "mine-summary.json", json.dumps(
+        {"repositories": mined, "failures": failures,
+         "totals": {"tasks": rows, "repositories": len(mined), "failed": len(failures)},
+         "this_run": {"totals": dict(totals), "stage_s": {k: round(v, 2) for k, v in stage_s.items()}}},
+        indent=2).encode())
+    click.echo(f"candidates {totals['candidates']}, validated {totals['attempted']}, valid tasks {totals['tasks']}"
+               f" ({rows} in {out_dir})")
     for key, count in sorted(totals.items()):
         if key.startswith("rejected:"):
             click.echo(f"  rejected {key.removeprefix('rejected:')}: {count}")
     for source, reason in failures.items():
         click.echo(f"  failed {source}: {reason}")
     click.echo("time per stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(stage_s.items(), key=lambda kv: -kv[1])))
-    if len(failures) == len(sources):
+    if pending and len(failures) == len(pending):
         sys.exit(1)  # nothing was mined at all
 
 
@@ -171,8 +190,8 @@ def mine_command(sources: tuple[str, ...], out_dir: Path, max_tasks: int, strate
 def validate_command(directory: Path) -> None:
     """Validate every task in DIRECTORY again, from scratch, in fresh containers."""
     from taskforge.baseimage import current_base
+    from taskforge.datasets import read_tasks
     from taskforge.sandbox import open_backend
-    from taskforge.shards import read_tasks
     from taskforge.validate import check_task
 
     backend = open_backend("docker")
@@ -201,37 +220,94 @@ def audit_command(directory: Path) -> None:
     the task's row (the ``audit`` column). Exit status 1 if any task has findings."""
     from dataclasses import replace
 
+    import pyarrow.parquet as pq
+
     from taskforge.audit import AuditResult
+    from taskforge.datasets import TASKS, DatasetWriter, read_manifest, run_versions
+    from taskforge.mine import Task
     from taskforge.sandbox import open_backend
-    from taskforge.shards import read_shard, shard_paths, write_shard
     from taskforge.validate import audit_tasks
 
     backend = open_backend("docker")
     flagged = failed = total = 0
-    for shard in shard_paths(directory):
-        tasks = read_shard(shard)
-        audits = audit_tasks(tasks, backend=backend)
-        updated = []
-        for task in tasks:
-            total += 1
-            audit = audits[task.instance_id]
-            if not isinstance(audit, AuditResult):
-                failed += 1
-                click.echo(f"FAILED  {task.instance_id}: {audit}")
-                updated.append(task)
-                continue
-            updated.append(replace(task, audit=audit.to_json()))
-            if audit.clean:
-                click.echo(f"clean   {task.instance_id}  ({audit.files} files, {audit.seconds:.2f}s)")
-            else:
-                flagged += 1
-                click.echo(f"LEAK    {task.instance_id}")
-                for finding in audit.findings[:10]:
-                    click.echo(f"        {finding['kind']:<10} {finding['match']:<10} {finding['path']}")
-        write_shard(updated, directory, name=shard.name)
+    # Opening the folder for writing checks it and finishes any interrupted rewrite first.
+    with DatasetWriter(directory, kind=TASKS, recipe=read_manifest(directory).recipe, versions=run_versions()) as writer:
+        for shard in list(writer.manifest.shards):
+            tasks = [Task.from_row(row) for row in pq.read_table(directory / shard.name).to_pylist()]
+            audits = audit_tasks(tasks, backend=backend)
+            updated = []
+            for task in tasks:
+                total += 1
+                audit = audits[task.instance_id]
+                if not isinstance(audit, AuditResult):
+                    failed += 1
+                    click.echo(f"FAILED  {task.instance_id}: {audit}")
+                    updated.append(task)
+                    continue
+                updated.append(replace(task, audit=audit.to_json()))
+                if audit.clean:
+                    click.echo(f"clean   {task.instance_id}  ({audit.files} files, {audit.seconds:.2f}s)")
+                else:
+                    flagged += 1
+                    click.echo(f"LEAK    {task.instance_id}")
+                    for finding in audit.findings[:10]:
+                        click.echo(f"        {finding['kind']:<10} {finding['match']:<10} {finding['path']}")
+            writer.rewrite(shard.name, (t.to_row() for t in updated))
     click.echo(f"{total - flagged - failed} of {total} tasks clean, {flagged} with findings, {failed} not audited")
     if flagged or failed:
         sys.exit(1)
+
+
+@main.command("inspect")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write PNG histograms into this folder (needs the datasets extra: matplotlib).")
+@_one_line_errors
+def inspect_command(directory: Path, plots_dir: Path | None) -> None:
+    """Print what the task folder DIRECTORY holds: tasks per repository and per strategy, test
+    counts, lines removed, validation and audit times, audit status, and reward statistics (from
+    DIRECTORY/rewards when there is one)."""
+    from taskforge.datasets.stats import render, summarize, write_plots
+
+    summary = summarize(directory)
+    click.echo(render(summary), nl=False)
+    if plots_dir is not None:
+        try:
+            import matplotlib  # noqa: F401 - only to say what is missing
+        except ImportError as err:
+            raise TaskforgeError("--plots needs matplotlib: pip install 'taskforge[datasets]'",
+                                 reason="missing_dependency") from err
+        for path in write_plots(summary, plots_dir):
+            click.echo(f"wrote {path}")
+
+
+@main.command("export")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--format", "fmt", required=True, type=click.Choice(["swebench", "hf"]),
+              help="swebench: JSONL of SWE-bench instances; hf: a Hugging Face dataset folder with a card.")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Output file (swebench) or new folder (hf).")
+@click.option("--images", is_flag=True, help="Build one audited image per task (start state on its environment image) and name it in image_name.")
+@_one_line_errors
+def export_command(directory: Path, fmt: str, out: Path, images: bool) -> None:
+    """Export the task folder DIRECTORY for other tools."""
+    from taskforge.datasets.export import export_hf, export_swebench
+
+    tags: dict[str, str] | None = None
+    if images:
+        from taskforge.datasets.images import build_task_images
+        from taskforge.sandbox.docker import DockerBackend
+
+        # Docker by name: building, auditing and deleting images is beyond the SandboxBackend protocol.
+        built = build_task_images(directory, backend=DockerBackend(), on_image=lambda b: _status(
+            f"{b.instance_id}: {b.tag} ({'built' if b.built else 'exists'}, audit clean: {b.audit.files} files "
+            f"in {b.audit.seconds:.1f}s)"))
+        tags = {b.instance_id: b.tag for b in built}
+    if fmt == "swebench":
+        count = export_swebench(directory, out, images=tags)
+        click.echo(f"wrote {count} SWE-bench instances to {out}")
+    else:
+        export_hf(directory, out, images=tags)
+        click.echo(f"wrote a Hugging Face dataset folder to {out}")
 
 
 @main.command("checkout")
@@ -242,7 +318,7 @@ def audit_command(directory: Path) -> None:
 def checkout_command(directory: Path, instance_id: str, dest: Path) -> None:
     """Write out INSTANCE_ID's start state into DEST (a new folder): exactly the working tree and
     .git an agent starts from, rebuilt from the task's row."""
-    from taskforge.shards import read_tasks
+    from taskforge.datasets import read_tasks
     from taskforge.validate import rebuild_start_state
 
     tasks = {task.instance_id: task for task in read_tasks(directory)}
