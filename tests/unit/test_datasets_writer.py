@@ -1,0 +1,293 @@
+"""The dataset writer and the checked readers, on real Parquet files in temporary folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from taskforge.datasets import (
+    MANIFEST,
+    REWARDS,
+    TASKS,
+    DatasetWriter,
+    WriterConfig,
+    open as open_dataset,
+    read_manifest,
+    read_rows,
+    read_tasks,
+    run_versions,
+    verify,
+)
+from taskforge.datasets.testing import reward_rows, task_rows
+from taskforge.errors import TaskforgeError
+
+RECIPE = {"command": "mine", "config": {"seed": 0, "strategies": ("body", "symbol")}}
+SMALL = WriterConfig(rows_per_shard=40, row_group_rows=8)
+
+
+def _writer(directory: Path, *, recipe: dict[str, object] = RECIPE, config: WriterConfig = SMALL) -> DatasetWriter:
+    return DatasetWriter(directory, kind=TASKS, recipe=recipe, versions=run_versions(base_image="test"), config=config)
+
+
+def _ids(directory: Path) -> list[str]:
+    return [row["instance_id"] for row in read_rows(directory)]
+
+
+def test_rows_come_back_exactly_in_zstd_shards_with_small_row_groups(tmp_path: Path) -> None:
+    rows = task_rows(100)
+    with _writer(tmp_path) as writer:
+        result = writer.write(rows, prefix="tasks-demo")
+    assert (result.written, result.skipped) == (100, 0)
+    assert result.shards == [f"tasks-demo-{i:05d}.parquet" for i in range(3)]
+    assert read_rows(tmp_path) == rows
+    manifest = read_manifest(tmp_path)
+    assert [s.rows for s in manifest.shards] == [40, 40, 20]
+    assert manifest.rows == 100 and manifest.kind == "tasks" and manifest.schema_version == TASKS.version
+    assert manifest.recipe == {"command": "mine", "config": {"seed": 0, "strategies": ["body", "symbol"]}}
+    assert manifest.runs[0].versions["base_image"] == "test" and "pyarrow" in manifest.runs[0].versions
+    meta = pq.read_metadata(tmp_path / result.shards[0])
+    assert meta.num_row_groups == 5
+    assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"ZSTD"}
+    assert open_dataset(tmp_path).count_rows() == 100
+    assert sorted(os.listdir(tmp_path)) == [MANIFEST, *result.shards]  # no temporaries, no lock file
+
+
+def test_a_second_run_skips_rows_already_there_and_appends_the_rest(tmp_path: Path) -> None:
+    with _writer(tmp_path) as writer:
+        writer.write(task_rows(50), prefix="tasks-demo")
+    with _writer(tmp_path) as writer:
+        result = writer.write(task_rows(80), prefix="tasks-demo", done={"pypi:demo==1": {"tasks": 80}})
+        assert result.shards == ["tasks-demo-00002.parquet"]
+    assert (result.written, result.skipped) == (30, 50)
+    assert _ids(tmp_path) == [row["instance_id"] for row in task_rows(80)]
+    manifest = read_manifest(tmp_path)
+    assert len(manifest.runs) == 2 and [s.run for s in manifest.shards] == [0, 0, 1]
+    assert manifest.done == {"pypi:demo==1": {"tasks": 80}}
+
+
+def test_a_batch_that_repeats_a_key_writes_it_once(tmp_path: Path) -> None:
+    rows = task_rows(5)
+    with _writer(tmp_path) as writer:
+        result = writer.write([*rows, rows[2], rows[0]], prefix="tasks-demo")
+    assert (result.written, result.skipped) == (5, 2)
+    assert _ids(tmp_path) == [r["instance_id"] for r in rows]
+
+
+def test_done_alone_is_recorded_when_no_row_is_new(tmp_path: Path) -> None:
+    with _writer(tmp_path) as writer:
+        result = writer.write([], prefix="tasks-none", done={"pypi:empty==1": {"tasks": 0}})
+    assert result.shards == [] and read_manifest(tmp_path).done == {"pypi:empty==1": {"tasks": 0}}
+    assert open_dataset(tmp_path).count_rows() == 0
+
+
+def test_another_recipe_is_refused(tmp_path: Path) -> None:
+    with _writer(tmp_path) as writer:
+        writer.write(task_rows(3), prefix="tasks-demo")
+    with pytest.raises(TaskforgeError, match="another recipe .*config") as err:
+        _writer(tmp_path, recipe={"command": "mine", "config": {"seed": 1}})
+    assert err.value.reason == "recipe_mismatch"
+
+
+def test_one_writer_at_a_time(tmp_path: Path) -> None:
+    with _writer(tmp_path), pytest.raises(TaskforgeError) as err:
+        _writer(tmp_path)
+    assert err.value.reason == "dataset_locked"
+    _writer(tmp_path).close()  # released with the first
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda row: row.pop("audit"), "bad_row"),
+        (lambda row: row.update(extra=1), "bad_row"),
+        (lambda row: row.update(audit=None), "bad_row"),
+        (lambda row: row.update(lines_removed="many"), "bad_row"),
+    ],
+)
+def test_rows_that_do_not_fit_the_schema_are_refused(tmp_path: Path, change, reason: str) -> None:  # type: ignore[no-untyped-def]
+    rows = task_rows(3)
+    change(rows[1])
+    with _writer(tmp_path) as writer, pytest.raises(TaskforgeError) as err:
+        writer.write(rows, prefix="tasks-demo")
+    assert err.value.reason == reason
+    assert open_dataset(tmp_path).count_rows() == 0
+    assert [p.name for p in tmp_path.iterdir()] == [MANIFEST]  # the half-written shard is gone
+
+
+def _flip_byte(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "append"])
+def test_a_corrupt_shard_is_detected(tmp_path: Path, damage: str) -> None:
+    with _writer(tmp_path) as writer:
+        writer.write(task_rows(100), prefix="tasks-demo")
+    shard = tmp_path / "tasks-demo-00001.parquet"
+    size = shard.stat().st_size
+    if damage == "flip":
+        _flip_byte(shard, size // 2)
+    elif damage == "truncate":
+        shard.write_bytes(shard.read_bytes()[: size - 100])
+    else:
+        shard.write_bytes(shard.read_bytes() + b"\0")
+    with pytest.raises(TaskforgeError, match="tasks-demo-00001.parquet does not match the manifest") as err:
+        open_dataset(tmp_path)
+    assert err.value.reason == "corrupt_shard"
+    with pytest.raises(TaskforgeError):
+        read_tasks(tmp_path)
+    with pytest.raises(TaskforgeError):  # nor will a writer add to it
+        _writer(tmp_path)
+
+
+def test_missing_unlisted_and_malformed(tmp_path: Path) -> None:
+    with pytest.raises(TaskforgeError) as err:
+        open_dataset(tmp_path)
+    assert err.value.reason == "no_manifest"
+    with _writer(tmp_path) as writer:
+        writer.write(task_rows(50), prefix="tasks-demo")
+    shutil.copy(tmp_path / "tasks-demo-00000.parquet", tmp_path / "stray.parquet")
+    with pytest.raises(TaskforgeError, match="stray.parquet is not listed") as err:
+        open_dataset(tmp_path)
+    assert err.value.reason == "unlisted_shard"
+    (tmp_path / "stray.parquet").unlink()
+    (tmp_path / "tasks-demo-00001.parquet").unlink()
+    with pytest.raises(TaskforgeError) as err:
+        open_dataset(tmp_path)
+    assert err.value.reason == "missing_shard"
+    (tmp_path / MANIFEST).write_text('{"format": "taskforge-dataset/1", "kind": "tasks"')
+    with pytest.raises(TaskforgeError) as err:
+        open_dataset(tmp_path)
+    assert err.value.reason == "bad_manifest"
+
+
+def test_a_listed_shard_with_other_columns_is_a_schema_mismatch(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from taskforge.datasets.manifest import sha256_file, write_manifest
+
+    with _writer(tmp_path) as writer:
+        writer.write(task_rows(10), prefix="tasks-demo")
+    shard = tmp_path / "tasks-demo-00000.parquet"
+    pq.write_table(pa.table({"instance_id": ["a"] * 10}), shard)
+    manifest = read_manifest(tmp_path)
+    manifest.shards[0].sha256, manifest.shards[0].bytes = sha256_file(shard), shard.stat().st_size
+    write_manifest(tmp_path, manifest)
+    with pytest.raises(TaskforgeError) as err:
+        open_dataset(tmp_path)
+    assert err.value.reason == "schema_mismatch"
+
+
+def test_a_shard_in_place_but_not_yet_listed_is_adopted_on_resume(tmp_path: Path) -> None:
+    """The state a kill between a shard's rename and the manifest's leaves behind."""
+    with _writer(tmp_path) as writer:
+        writer.write(task_rows(40), prefix="tasks-demo")
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-other"
+    with _writer(elsewhere) as writer:
+        writer.write(task_rows(40, start=40), prefix="tasks-demo")
+    shutil.copy(elsewhere / "tasks-demo-00000.parquet", tmp_path / "tasks-demo-00001.parquet")
+    with pytest.raises(TaskforgeError) as err:
+        open_dataset(tmp_path)
+    assert err.value.reason == "unlisted_shard"
+    with _writer(tmp_path) as writer:
+        assert writer.adopted == ["tasks-demo-00001.parquet"]
+        result = writer.write(task_rows(100), prefix="tasks-demo")
+    assert (result.written, result.skipped) == (20, 80)
+    assert _ids(tmp_path) == [r["instance_id"] for r in task_rows(100)]
+    assert read_manifest(tmp_path).shard("tasks-demo-00001.parquet").run == 0  # type: ignore[union-attr]
+
+
+def test_an_unlisted_shard_that_repeats_rows_is_not_adopted(tmp_path: Path) -> None:
+    with _writer(tmp_path) as writer:
+        writer.write(task_rows(10), prefix="tasks-demo")
+    shutil.copy(tmp_path / "tasks-demo-00000.parquet", tmp_path / "copy.parquet")
+    with pytest.raises(TaskforgeError, match="repeats rows") as err:
+        _writer(tmp_path)
+    assert err.value.reason == "unlisted_shard"
+
+
+def test_temporaries_are_invisible_and_cleaned_on_resume(tmp_path: Path) -> None:
+    with _writer(tmp_path) as writer:
+        writer.write(task_rows(10), prefix="tasks-demo")
+    stale = tmp_path / ".tasks-demo-00001.parquet.k2j4h5g6.tmp"
+    stale.write_bytes(b"PAR1 half a shard")
+    (tmp_path / ".manifest.json.abc123.tmp").write_text("{")
+    assert open_dataset(tmp_path).count_rows() == 10
+    with _writer(tmp_path):
+        pass
+    assert sorted(os.listdir(tmp_path)) == [MANIFEST, "tasks-demo-00000.parquet"]
+
+
+def _audited(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [{**row, "audit": json.dumps({"clean": True, "findings": [], "seconds": 9.5})} for row in rows]
+
+
+def test_rewrite_replaces_a_shard_and_its_digest(tmp_path: Path) -> None:
+    rows = task_rows(50)
+    with _writer(tmp_path) as writer:
+        writer.write(rows, prefix="tasks-demo")
+        before = read_manifest(tmp_path).shards[1]
+        writer.rewrite("tasks-demo-00001.parquet", _audited(rows[40:]))
+        with pytest.raises(TaskforgeError):  # other rows than the shard holds
+            writer.rewrite("tasks-demo-00001.parquet", rows[:10])
+    after = read_manifest(tmp_path).shards[1]
+    assert after.sha256 != before.sha256 and after.rows == before.rows
+    assert read_rows(tmp_path) == rows[:40] + _audited(rows[40:])
+
+
+def test_an_interrupted_rewrite_is_finished_or_dropped(tmp_path: Path) -> None:
+    rows = task_rows(50)
+    name = "tasks-demo-00001.parquet"
+    with _writer(tmp_path) as writer:
+        writer.write(rows, prefix="tasks-demo")
+    old = (tmp_path / name).read_bytes()
+    old_manifest = (tmp_path / MANIFEST).read_bytes()
+    with _writer(tmp_path) as writer:
+        writer.rewrite(name, _audited(rows[40:]))
+    new = (tmp_path / name).read_bytes()
+    new_manifest = (tmp_path / MANIFEST).read_bytes()
+
+    # Killed after the manifest named the new digest, before the rename: readers say so; a
+    # writer finishes the rename.
+    (tmp_path / name).write_bytes(old)
+    (tmp_path / f".{name}.next").write_bytes(new)
+    with pytest.raises(TaskforgeError, match="rewrite of it was interrupted") as err:
+        verify(tmp_path)
+    assert err.value.reason == "corrupt_shard"
+    _writer(tmp_path).close()
+    assert read_rows(tmp_path) == rows[:40] + _audited(rows[40:])
+
+    # Killed before the manifest: the old shard still holds; the pending one is dropped.
+    (tmp_path / MANIFEST).write_bytes(old_manifest)
+    (tmp_path / name).write_bytes(old)
+    (tmp_path / f".{name}.next").write_bytes(new)
+    assert read_rows(tmp_path) == rows
+    _writer(tmp_path).close()
+    assert read_rows(tmp_path) == rows and not (tmp_path / f".{name}.next").exists()
+    assert new_manifest != old_manifest
+
+
+def test_reward_rows_round_trip_keyed_by_task_and_candidate(tmp_path: Path) -> None:
+    tasks = task_rows(10)
+    rewards = reward_rows(tasks, candidates=("gold", "empty", "model-a"))
+    with DatasetWriter(tmp_path, kind=REWARDS, recipe={"scorer": "1"}, versions=run_versions()) as writer:
+        assert writer.write(rewards, prefix="rewards").written == 30
+    with DatasetWriter(tmp_path, kind=REWARDS, recipe={"scorer": "1"}, versions=run_versions()) as writer:
+        more = reward_rows(tasks, candidates=("gold", "model-b"))
+        result = writer.write(more, prefix="rewards")
+    assert (result.written, result.skipped) == (10, 10)
+    back = read_rows(tmp_path)
+    assert back == rewards + [r for r in more if r["candidate_id"] == "model-b"]
+    assert back[0]["scored_at"].tzinfo is not None
+    with pytest.raises(TaskforgeError) as err:
+        read_tasks(tmp_path)
+    assert err.value.reason == "wrong_kind"
+    with pytest.raises(TaskforgeError) as err:  # a task writer refuses a reward folder
+        _writer(tmp_path)
+    assert err.value.reason == "schema_version"
