@@ -129,6 +129,7 @@ def test_repeated_kills_at_random_moments_then_a_full_run_gives_exactly_the_rows
     done = _start(tmp_path, total=total, rows_per_shard=150, row_group_rows=25)
     out, err = done.communicate(timeout=300)
     assert done.returncode == 0, err
+    assert out.split()[:2] == ["started", "done"] and int(out.split()[3]) >= listed[-1]  # skipped what was there
     assert sorted(row["instance_id"] for row in read_rows(tmp_path)) == sorted(r["instance_id"] for r in task_rows(total))
     assert read_manifest(tmp_path).rows == total
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

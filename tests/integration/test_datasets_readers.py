@@ -19,8 +19,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from taskforge.datasets import REWARDS, TASKS, DatasetWriter, WriterConfig, open as open_dataset, run_versions
-from taskforge.datasets import shard_files
+from taskforge.datasets import (
+    REWARDS,
+    TASKS,
+    DatasetWriter,
+    WriterConfig,
+    run_versions,
+    shard_files,
+)
+from taskforge.datasets import open as open_dataset
 from taskforge.datasets.testing import reward_rows, task_rows
 
 SAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "sample"

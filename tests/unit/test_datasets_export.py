@@ -9,7 +9,13 @@ import pytest
 from click.testing import CliRunner
 
 from taskforge.cli import main
-from taskforge.datasets import REWARDS, TASKS, DatasetWriter, read_manifest, run_versions
+from taskforge.datasets import (
+    REWARDS,
+    TASKS,
+    DatasetWriter,
+    read_manifest,
+    run_versions,
+)
 from taskforge.datasets.export import SWEBENCH_FIELDS, export_hf, export_swebench
 from taskforge.datasets.stats import REWARDS_DIR
 from taskforge.datasets.testing import reward_rows, task_rows

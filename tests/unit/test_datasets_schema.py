@@ -21,7 +21,7 @@ def _documented(section: str) -> dict[str, str]:
     text = SCHEMA_MD.read_text()
     start = text.index(f"## {section}")
     end = text.find("\n## ", start + 1)
-    rows = re.findall(r"^\| `([A-Za-z0-9_]+)` \| ([^|]+) \|", text[start:end], flags=re.M)
+    rows = re.findall(r"^\| `([A-Za-z0-9_]+)` \| ([^|]+) \|", text[start:end], flags=re.MULTILINE)
     return {name: kind.strip().replace("&lt;", "<").replace("&gt;", ">") for name, kind in rows}
 
 

@@ -16,12 +16,14 @@ from taskforge.datasets import (
     TASKS,
     DatasetWriter,
     WriterConfig,
-    open as open_dataset,
     read_manifest,
     read_rows,
     read_tasks,
     run_versions,
     verify,
+)
+from taskforge.datasets import (
+    open as open_dataset,
 )
 from taskforge.datasets.testing import reward_rows, task_rows
 from taskforge.errors import TaskforgeError
