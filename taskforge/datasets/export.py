@@ -210,9 +210,11 @@ def export_hf(directory: Path, out: Path, *, images: Mapping[str, str] | None = 
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
         (staging / "data").mkdir()
-        table = pa.Table.from_pylist([row for _, row in rows], schema=TASKS.schema())
-        pq.write_table(table, staging / "data" / "train-00000-of-00001.parquet", compression="zstd",
-                       row_group_size=64)
+        # One file per source shard, under the names the Hub gives split files.
+        for index, shard in enumerate(manifest.shards):
+            table = pa.Table.from_pylist([row for name, row in rows if name == shard.name], schema=TASKS.schema())
+            pq.write_table(table, staging / "data" / f"train-{index:05d}-of-{len(manifest.shards):05d}.parquet",
+                           compression="zstd", compression_level=9, row_group_size=64)
         if rewards is not None:
             (staging / "rewards").mkdir()
             pq.write_table(open_dataset(rewards_dir).to_table(), staging / "rewards" / "train-00000-of-00001.parquet",

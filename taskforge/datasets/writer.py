@@ -18,7 +18,9 @@ Opening a folder for writing resumes it:
 - every listed shard is verified (size, sha256, schema), and the keys of its rows are loaded:
   :meth:`DatasetWriter.write` skips rows whose key is already there, so a run done twice never
   duplicates a row.
-A folder made with another recipe, kind or schema version is refused.
+A folder made with another recipe, kind or schema version is refused, and only one writer at a
+time may open a folder (an ``flock`` on the folder, released by the kernel however the process
+ends).
 """
 
 from __future__ import annotations

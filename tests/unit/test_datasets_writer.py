@@ -28,7 +28,7 @@ from taskforge.datasets import (
 from taskforge.datasets.testing import reward_rows, task_rows
 from taskforge.errors import TaskforgeError
 
-RECIPE = {"command": "mine", "config": {"seed": 0, "strategies": ("body", "symbol")}}
+RECIPE: dict[str, object] = {"command": "mine", "config": {"seed": 0, "strategies": ("body", "symbol")}}
 SMALL = WriterConfig(rows_per_shard=40, row_group_rows=8)
 
 
