@@ -408,9 +408,31 @@ class _Task:
     tests: dict[str, str]
     """pattern -> node id."""
     bodies: dict[str, frozenset[str]]
-    def_re: re.Pattern[str] | None = None
+    def_names: frozenset[str] = frozenset()
+    """Names whose ``def``/``class`` is evidence: the bare names and the signatures' names."""
     dotted_re: re.Pattern[str] | None = None
+    dotted_words: tuple[frozenset[str], ...] = ()
+    """For each dotted name and path: the words a text must hold for it to occur there."""
     tests_re: re.Pattern[str] | None = None
+    tests_words: tuple[frozenset[str], ...] = ()
+    constant_words: tuple[frozenset[str], ...] = ()
+    docstring_words: tuple[frozenset[str], ...] = ()
+
+
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# Every ``def``/``class`` name of a text, found once per text for all tasks (a per-task alternation
+# of names costs a pass over the text per task, and is slow with many names).
+_DEF_ANY = re.compile(r"(?<![A-Za-z0-9_])(?:def|class)\s+([A-Za-z_][A-Za-z0-9_]*)(?![A-Za-z0-9_])")
+
+
+def _found_by(pattern: re.Pattern[str] | None, needs: Iterable[frozenset[str]], words: set[str], text: str) -> list[str]:
+    """The matches of ``pattern`` (an alternation of items with word boundaries) in ``text``, run
+    only when the text holds every word of some item (``needs``; ``words`` are the text's words):
+    an alternation of hundreds of items tried at every position of every text is slow."""
+    if pattern is None or not any(need <= words for need in needs):
+        return []
+    return [m.group() for m in pattern.finditer(text)]
 
 
 def _boundary_re(patterns: Iterable[str], *, left: bool = True) -> re.Pattern[str] | None:
@@ -447,12 +469,13 @@ def _build_task(task_id: str, data: Mapping[str, Any]) -> _Task:
         tests=tests,
         bodies={q: frozenset(ns) for q, ns in dict(data.get("bodies", {})).items()},
     )
-    def_names = set(bare) | set(signatures)
-    if def_names:
-        alternatives = "|".join(re.escape(name) for name in sorted(def_names, key=len, reverse=True))
-        task.def_re = re.compile(rf"(?<![A-Za-z0-9_])(?:def|class)\s+({alternatives})(?![A-Za-z0-9_])")
+    task.def_names = frozenset(bare) | frozenset(signatures)
     task.dotted_re = _boundary_re([*dotted, *task.paths])
+    task.dotted_words = tuple(frozenset(_IDENT_RE.findall(item)) for item in (*dotted, *task.paths))
     task.tests_re = _boundary_re(tests, left=False)
+    task.tests_words = tuple(frozenset(_IDENT_RE.findall(item)) for item in tests)
+    task.constant_words = tuple(frozenset(_IDENT_RE.findall(item)) for item in task.constants)
+    task.docstring_words = tuple(frozenset(_IDENT_RE.findall(item)) for item in task.docstrings)
     return task
 
 
@@ -584,6 +607,8 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
         return
     tokens: list[str] | None = None
     collapsed: str | None = None
+    all_defined: set[str] | None = None
+    text_words: set[str] | None = None
     hashes: dict[int, list[int]] = {}
     for i in sorted(item_tasks | ngram_tasks):
         task = index.tasks[i]
@@ -603,8 +628,10 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                 evidence.add(i, ("ngram", ""), "ngram", value, weight, *hits)
         if i not in item_tasks:
             continue
-        if task.def_re is not None:
-            defined = {match.group(1) for match in task.def_re.finditer(text)}
+        if task.def_names:
+            if all_defined is None:
+                all_defined = set(_DEF_ANY.findall(text))
+            defined = all_defined & task.def_names
             for name in defined & task.names:
                 weight = MEDIUM if is_distinctive(name) else WEAK
                 evidence.add(i, ("symbol", name), "name", f"def/class {name}", weight, name)
@@ -616,7 +643,9 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
         if dotted_re is not None:
             found = (
                 {d for d in (*task.dotted, *task.paths) if d in text} if binary
-                else {m.group() for m in dotted_re.finditer(text)}
+                else set(_found_by(dotted_re, task.dotted_words,
+                                   text_words := text_words if text_words is not None else set(_IDENT_RE.findall(text)),
+                                   text))
             )
             for item in found:
                 if item.endswith(".py") and item in task.paths:
@@ -624,19 +653,24 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                 else:
                     symbol = item.rsplit(".", 1)[-1]
                     evidence.add(i, ("symbol", symbol), "name", item, STRONG, item)
-        for constant in task.constants:
-            if constant in text:
+        if task.constants or task.docstrings:
+            if text_words is None:
+                text_words = set(_IDENT_RE.findall(text))
+        for constant, needs in zip(task.constants, task.constant_words, strict=True):
+            if needs <= text_words and constant in text:
                 evidence.add(i, ("constant", constant), "constant", _short(constant),
                              _constant_weight(constant), constant)
-        if task.docstrings:
-            if collapsed is None:
-                collapsed = normalize_docstring(text)
-            for docstring in task.docstrings:
+        for docstring, needs in zip(task.docstrings, task.docstring_words, strict=True):
+            if needs <= text_words:  # type: ignore[operator]
+                if collapsed is None:
+                    collapsed = normalize_docstring(text)
                 if docstring in collapsed:
                     evidence.add(i, ("docstring", docstring), "docstring", _short(docstring), STRONG, docstring)
         if task.tests_re is not None:
-            for match in task.tests_re.finditer(text):
-                node_id = task.tests[match.group()]
+            if text_words is None:
+                text_words = set(_IDENT_RE.findall(text))
+            for found in _found_by(task.tests_re, task.tests_words, text_words, text):
+                node_id = task.tests[found]
                 evidence.add(i, ("test", node_id), "test_id", node_id, STRONG, node_id)
 
 
