@@ -480,23 +480,33 @@ def _scrub_and_audit(task: Task, checked: _Checked, ctx: _Context) -> tuple[Task
 
 def _audit_image(
     tasks: list[Task], fingerprints: Mapping[str, Fingerprint], ctx: _Context, *, runner: SuiteRunner,
-    result: RepoResult,
+    backend: SandboxBackend, limits: SandboxLimits | None, naive: bool, result: RepoResult,
 ) -> list[Task]:
-    """One scan of the environment image for every task's fingerprint, in the warm container; its
-    findings join each task's audit, and flagged tasks are dropped unless ``keep_flagged``."""
+    """One scan of the environment image for every task's fingerprint, in the warm container (with
+    ``naive``, one scan per task in a fresh container); the findings join each task's audit, and
+    flagged tasks are dropped unless ``keep_flagged``."""
     if not tasks:
         return tasks
-    # The warm container's /tmp holds taskforge's tools; an agent's /tmp starts empty.
-    roots = [root for root in IMAGE_ROOTS if root != "/tmp"]
-    findings, totals = scan_image(fingerprints, sandbox=runner.sandbox(), roots=roots)
-    share = totals["seconds"] / len(tasks)
+    if naive:  # the reference shares nothing between candidates: a fresh container per task
+        scans = {}
+        for task in tasks:
+            with backend.start(ctx.env.image, limits=limits or SandboxLimits.load(),
+                               labels={"taskforge.role": "audit"}) as box:
+                scans[task.instance_id] = scan_image({task.instance_id: fingerprints[task.instance_id]}, sandbox=box)
+    else:
+        # The warm container's /tmp holds taskforge's tools; an agent's /tmp starts empty.
+        roots = [root for root in IMAGE_ROOTS if root != "/tmp"]
+        findings, totals = scan_image(fingerprints, sandbox=runner.sandbox(), roots=roots)
+        share = {**totals, "seconds": totals["seconds"] / len(tasks)}
+        scans = {task.instance_id: ({task.instance_id: findings[task.instance_id]}, share) for task in tasks}
     kept = []
     for task in tasks:
+        found, totals = scans[task.instance_id]
         audit = AuditResult(**{k: v for k, v in json.loads(task.audit).items() if k not in ("clean", "image_scanned")})
-        audit.findings += findings[task.instance_id]
+        audit.findings += found[task.instance_id]
         audit.files += totals["files"]
         audit.bytes += totals["bytes"]
-        audit.seconds += share
+        audit.seconds += totals["seconds"]
         audit.image_scanned = True
         if audit.clean or ctx.config.keep_flagged:
             kept.append(replace(task, audit=audit.to_json()))
@@ -521,7 +531,8 @@ def mine_repository(
 ) -> RepoResult:
     """Mine up to ``config.max_tasks`` valid tasks from ``source``.
 
-    ``naive`` validates with the reference checks (``_check_naive``), for the benchmark.
+    ``naive`` validates with the reference checks (``_check_naive``) and audits each task's image in a
+    fresh container of its own, sharing nothing between candidates: the benchmark's baseline.
     """
     result = RepoResult(source=source)
     stage = _Stages(result)
@@ -560,7 +571,8 @@ def mine_repository(
                 if on_candidate is not None:
                     on_candidate(result)
         with stage("audit"):
-            result.tasks = _audit_image(result.tasks, fingerprints, ctx, runner=runner, result=result)
+            result.tasks = _audit_image(result.tasks, fingerprints, ctx, runner=runner, backend=backend, limits=limits,
+                                        naive=naive, result=result)
         result.containers += runner.containers_started
     return result
 
