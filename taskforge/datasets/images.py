@@ -28,7 +28,6 @@ An image with any finding is deleted, and the export fails.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import tempfile
 from collections.abc import Callable, Sequence
@@ -84,10 +83,10 @@ class TaskImage:
     """The host scan of the start state and the scan of the image, together."""
 
 
-def task_image_tag(task: Task) -> str:
-    """``taskforge-task-REPO:DIGEST`` of the environment image id, ``base_commit`` and instance id."""
-    env_id = json.loads(task.environment).get("image_id", task.image_name) if task.environment else task.image_name
-    digest = hashlib.sha256(f"{env_id}\0{task.base_commit}\0{task.instance_id}".encode()).hexdigest()[:16]
+def task_image_tag(task: Task, *, env_image_id: str) -> str:
+    """``taskforge-task-REPO:DIGEST`` of the environment image's id (as built here: the image the
+    task image is made FROM), ``base_commit`` and instance id."""
+    digest = hashlib.sha256(f"{env_image_id}\0{task.base_commit}\0{task.instance_id}".encode()).hexdigest()[:16]
     repo = re.sub(r"[^a-z0-9._-]+", "-", task.repo.lower()).strip("-._") or "repo"
     return f"taskforge-task-{repo}:{digest}"
 
@@ -128,7 +127,7 @@ def build_task_image(task: Task, *, backend: ImageBackend, limits: SandboxLimits
     from taskforge.validate import rebuild_start_state
 
     limits = limits or SandboxLimits.load()
-    tag = task_image_tag(task)
+    tag = task_image_tag(task, env_image_id=backend.image_id(task.image_name))
     with tempfile.TemporaryDirectory(prefix="taskforge-image-") as tmp:
         context = Path(tmp)
         start = rebuild_start_state(task, context / "start")

@@ -195,7 +195,7 @@ def render(summary: Summary) -> str:
     m = summary.manifest
     strategies = sorted(summary.per_strategy)
     parts = [
-        (f"{summary.directory}: {summary.tasks} tasks in {len(m.shards)} shards "
+        (f"{summary.directory}: {summary.tasks} tasks in {len(m.shards)} shard{'' if len(m.shards) == 1 else 's'} "
          f"({sum(s.bytes for s in m.shards) / 1e6:.2f} MB), schema v{m.schema_version}, "
          f"{len(m.runs)} run(s), taskforge {m.runs[-1].versions.get('taskforge', '?') if m.runs else '?'}"),
         _table("tasks per repository", ["repository", "tasks", *strategies],

@@ -39,7 +39,11 @@ def folder(tmp_path_factory, backend, base_image, session_cache):  # type: ignor
     out = tmp_path_factory.mktemp("sample")
     with DatasetWriter(out, kind=TASKS, recipe=read_manifest(SAMPLE).recipe, versions=run_versions()) as writer:
         writer.write((replace(t, image_name=env.image).to_row() for t in tasks), prefix="tasks-sample")
-    return out, env
+    tags = [task_image_tag(t, env_image_id=backend.image_id(env.image)) for t in tasks]
+    there_before = {tag for tag in tags if backend.image_exists(tag)}
+    yield out, env
+    for tag in set(tags) - there_before:  # the images this module built
+        backend.remove_image(tag)
 
 
 def _docker_run(backend, image: str, script: str) -> str:  # type: ignore[no-untyped-def]
@@ -55,7 +59,8 @@ def test_export_with_images_names_audited_per_task_images(folder, backend, tmp_p
     result = CliRunner().invoke(main, ["export", str(directory), "--format", "swebench", "--out", str(out), "--images"])
     assert result.exit_code == 0, result.output
     instances = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [i["image_name"] for i in instances] == [task_image_tag(t) for t in tasks]
+    assert [i["image_name"] for i in instances] == [
+        task_image_tag(t, env_image_id=backend.image_id(t.image_name)) for t in tasks]
     for task, instance in zip(tasks, instances, strict=True):
         image = instance["image_name"]
         assert backend.image_labels(image)["taskforge.instance_id"] == task.instance_id
@@ -94,7 +99,7 @@ def test_an_image_with_removed_code_fails_the_audit_and_is_deleted(folder, backe
         with pytest.raises(TaskforgeError, match=f"holds remnants of the removed code: .* in {where}") as err:
             build_task_image(leaky, backend=backend)
         assert err.value.reason == "image_audit_findings"
-        assert not backend.image_exists(task_image_tag(leaky))
+        assert not backend.image_exists(task_image_tag(leaky, env_image_id=backend.image_id(leaky_env)))
         assert not [t for img in backend.client.images.list() for t in img.tags if t.startswith("taskforge-audit-view")]
     finally:
         backend.remove_image(leaky_env)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -117,28 +116,29 @@ def _count(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[ModuleType]:
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("ray.data")
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+    with pytest.MonkeyPatch.context() as patch:
+        if importlib.util.find_spec("aiohttp") is None:
+            # Ray Data lists the input paths in a pool of threads, and each thread imports
+            # fsspec's HTTP filesystem, which needs aiohttp. Without it, a thread can see the
+            # half-imported module of another and get ImportError ("cannot import name") instead
+            # of the ModuleNotFoundError Ray catches. One listing thread has no one to race; the
+            # local cluster's workers inherit the setting.
+            patch.setenv("RAY_DATA_LIST_FILES_THREADED_NUM_WORKERS", "1")
+        ray = pytest.importorskip("ray")
+        pytest.importorskip("ray.data")
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
 
 
 @pytest.mark.ray
 # Ray Data's DataContext sets its own deprecated fields while it initializes, and warns about them.
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")
-def test_ray_data_reads_the_same_rows(folder: tuple[Path, str], ray_cluster: ModuleType,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ray_data_reads_the_same_rows(folder: tuple[Path, str], ray_cluster: ModuleType) -> None:
     import ray.data
 
-    if importlib.util.find_spec("aiohttp") is None:
-        # Ray resolves the paths in a thread pool, and each thread imports fsspec's HTTP filesystem,
-        # which needs aiohttp. Without it, two threads importing at once can get ImportError
-        # ("cannot import name") instead of the ModuleNotFoundError Ray catches. Marking the module
-        # absent makes every attempt fail the way Ray expects.
-        monkeypatch.setitem(sys.modules, "fsspec.implementations.http", None)
     directory, _ = folder
     dataset = ray.data.read_parquet([str(p) for p in shard_files(directory)])
     rows = [{k: _plain(v) for k, v in row.items()} for row in dataset.take_all()]
