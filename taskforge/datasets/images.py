@@ -8,9 +8,10 @@
 A harness that runs the image as it is (``docker run IMAGE``, then ``docker exec`` commands, as
 SWE-bench's harness does with ``/testbed``) finds the repository at /workspace, importable through
 the environment's ``.pth`` (which points there), owned by the user it runs as, so git works
-without ``safe.directory``. The tag is ``taskforge-task-REPO:DIGEST``, the digest of the
-environment image id, the start state's commit and the instance id: the same task on the same
-environment always gets the same tag.
+without ``safe.directory``. The tag is ``taskforge-task-REPO:DIGEST``, the digest of the id of
+the environment image it is built FROM, the start state's commit and the instance id: the same
+task on the same environment image always gets the same tag, and an image already there under
+that tag is reused (and audited again).
 
 The audit. No layer may hold original code, so each image is audited as it is, from inside:
 
@@ -92,7 +93,7 @@ def task_image_tag(task: Task, *, env_image_id: str) -> str:
 
 
 def _view_paths(path: str) -> str:
-    """Where the view shows an image path, and back: /workspace/x ↔ /taskforge-audit/workspace/x."""
+    """The task image's path of a path in the view: /taskforge-audit/workspace/x → /workspace/x."""
     if path.startswith(AUDIT_VIEW + "/"):
         return path[len(AUDIT_VIEW):]
     return path
