@@ -8,6 +8,7 @@ exactly; binary files never change here (removals touch Python sources only).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -72,20 +73,26 @@ def diff(snapshot: Path, old: Changes, new: Changes, *, paths: Callable[[str], b
     with materialize(snapshot, old) as work:
         _git(work, "add", "-A")
         _git(work, "commit", "-q", "--allow-empty", "--no-verify", "-m", "old")
-        touched = sorted(set(old) | set(new))
-        current = {rel: (work / rel).read_text(encoding="utf-8") if (work / rel).exists() else None for rel in touched}
-        wanted = {rel: new.get(rel, _original(snapshot, rel)) for rel in touched}
-        _write(work, {rel: text for rel, text in wanted.items() if text != current[rel]})
+        for rel in sorted(set(old) | set(new)):
+            if rel in new:
+                _write(work, {rel: new[rel]})
+            elif rel in old:  # back to the snapshot's own file, which may be binary (a tracked .pyc)
+                _restore(snapshot, work, rel)
         _git(work, "add", "-A")
-        selected = [rel for rel in touched if paths(rel)]
+        selected = [rel for rel in sorted(set(old) | set(new)) if paths(rel)]
         if not selected:
             return ""
-        return _git(work, "diff", "--cached", "--no-color", "--full-index", "HEAD", "--", *selected)
+        # --binary: a scrubbed binary file (a tracked .pyc) is deleted by a patch git can apply.
+        return _git(work, "diff", "--cached", "--binary", "--no-color", "--full-index", "HEAD", "--", *selected)
 
 
-def _original(snapshot: Path, rel: str) -> str | None:
-    path = snapshot / rel
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+def _restore(snapshot: Path, work: Path, rel: str) -> None:
+    source, target = snapshot / rel, work / rel
+    if source.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    elif target.exists():
+        target.unlink()
 
 
 def apply_patch(snapshot: Path, changes: Changes, patch: str) -> dict[str, str | None]:
