@@ -33,6 +33,7 @@ IMAGE_ROOTS = ("/opt", "/home", "/tmp", "/var/tmp", "/usr/local", "/srv", "/root
 """What of the environment image an agent can read and a copy could hide in (the venv is /opt/venv)."""
 _SCANNER_DIR = "/tmp/taskforge-audit"
 _SCANNER = Path(audit_scan.__file__)
+_FILE_LIST = "<the start state's file names>"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -105,12 +106,16 @@ def audit_task_state(
 ) -> tuple[Fingerprint, AuditResult]:
     """:func:`audit_start_state` for a start state written from ``source_dir`` with ``start_changes``."""
     changed = [p for p in start_changes if not is_scrubbed(p)]
-    files = (p.relative_to(start_dir).as_posix() for p in start_dir.rglob("*") if p.is_file())
+    files = sorted(p.relative_to(start_dir).as_posix() for p in start_dir.rglob("*") if p.is_file())
+    visible = tracked_texts(start_dir, (f for f in files if not f.startswith(".git/")))
+    # The names of the files are visible too (and git's index lists them): a removed constant
+    # such as "/data/sample.txt" that names a file still there is no evidence of a copy.
+    visible[_FILE_LIST] = "\n".join(f for f in files if not f.startswith(".git/"))
     return audit_start_state(
         start_dir=start_dir,
         before=tracked_texts(source_dir, changed),
         after={p: start_changes[p] for p in changed},
-        visible=tracked_texts(start_dir, (f for f in files if not f.startswith(".git/"))),
+        visible=visible,
         strategy=strategy,
         test_ids=test_ids,
     )

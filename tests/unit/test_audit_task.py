@@ -1,0 +1,57 @@
+"""The audit of a whole start state as mining writes it: no finding on what an agent may see."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from taskforge.audit import audit_task_state
+from taskforge.audit_scan import scan
+from taskforge.sources import fetch
+from taskforge.startstate import write_start_state
+
+MODULE = '''"""Read line-delimited records for the ledger reconciliation report."""
+
+import os
+
+SAMPLE = os.path.join(os.path.dirname(__file__), "fixtures_dir", "/reconciliation_sample_rows.jsonl")
+
+
+def reconcile_ledger_rows(path, *, strict_ordering=False):
+    """Yield each reconciliation row of a JSON-lines ledger export, in file order."""
+    with open(path) as handle:
+        for number, line in enumerate(handle, 1):
+            if strict_ordering and not line.strip():
+                raise ValueError("blank reconciliation row at line %d" % number)
+            yield line.rstrip("\\n")
+'''
+
+
+def test_a_constant_naming_a_file_that_is_still_there_is_not_a_finding(tmp_path: Path) -> None:
+    repo = tmp_path / "proj"
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/ledgerio.py": MODULE,
+        "pkg/other.py": "def unrelated():\n    return 1\n",
+        "tests/reconciliation_sample_rows.jsonl": "{}\n",
+        "tests/test_other.py": "from pkg.other import unrelated\n\ndef test_unrelated():\n    assert unrelated() == 1\n",
+    }
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"], cwd=repo, check=True)
+    snapshot = fetch(str(repo), cache_dir=tmp_path / "cache")
+    changes = {"pkg/ledgerio.py": None}  # a module task
+    start = tmp_path / "start"
+    write_start_state(snapshot, changes, start)
+    fingerprint, audit = audit_task_state(source_dir=snapshot.path, start_dir=start, start_changes=changes,
+                                          strategy="module", test_ids=())
+    assert not fingerprint.empty  # the module's docstrings, names and n-grams are searched for
+    assert "/reconciliation_sample_rows.jsonl" not in fingerprint.constants  # .git/index lists that file
+    assert audit.findings == []
+    # The same fingerprint finds a copy of the module left behind.
+    (start / "pkg" / "ledgerio.py.orig").write_text(MODULE)
+    leaked = scan({"fingerprints": {"task": fingerprint.to_json()}, "roots": [str(start)]})["findings"]["task"]
+    assert [f["path"] for f in leaked] == [str(start / "pkg" / "ledgerio.py.orig")]
