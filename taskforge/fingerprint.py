@@ -499,12 +499,21 @@ def _visible_code(visible: Mapping[str, str], words: set[str]) -> Iterable[CodeT
     for path, text in visible.items():
         if not path.endswith(".py") or words.isdisjoint(_IDENTIFIER.findall(text)):
             continue
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                yield compile(text, path, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError):
-            continue
+        code = _compiled(path, text)
+        if code is not None:
+            yield code
+
+
+@lru_cache(maxsize=4096)
+def _compiled(path: str, text: str) -> CodeType | None:
+    """A start-state file's bytecode; the tasks of one repository share most files, so each is
+    compiled once per process."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compile(text, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
 
 
 def build_fingerprint(
