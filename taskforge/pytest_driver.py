@@ -21,12 +21,12 @@ The request says:
 - ``pytest``: false to skip pytest (an import check alone);
 - ``nonces``: one per run; each run's JUnit report must carry its own.
 
-It prints a JSON list with one object per run: pytest's exit code, the tail of its output, the JUnit report, the
-resource limits the run ran into and, if asked, the coverage map and the modules that failed to
-import. Then it kills every other process of the sandbox user (``kill(-1)``, which spares PID 1
-and the caller), so nothing a test started outlives the run: the same reap the sandbox layer does
-after an exec, done here to save an exec per run. pytest's own output goes to a file, so a chatty suite cannot flood the
-channel that carries the report.
+It prints a JSON list with one object per run: pytest's exit code, the tail of its output, the
+JUnit report, the resource limits the run ran into and, if asked, the coverage map and the modules
+that failed to import. Then it kills every other process of the sandbox user (``kill(-1)``, which
+spares PID 1 and the caller), so nothing a test started outlives the run: the same reap the
+sandbox layer does after an exec, done here to save an exec per run. pytest's own output goes to
+a file, so a chatty suite cannot flood the channel that carries the report.
 """
 
 import io
@@ -232,7 +232,8 @@ def main() -> None:
         if number:
             _reap()  # what the previous repeat started must not see this one
         _apply(request, payload)
-        replies.append(_run(request, nonce, request.get("imports") or [] if number == 0 else []))
+        imports = (request.get("imports") or []) if number == 0 else []
+        replies.append(_run(request, nonce, imports))
     json.dump(replies, sys.stdout)
     sys.stdout.flush()
     _reap()
