@@ -118,6 +118,8 @@ class JUnitReport:
     """What failed to collect, in report order."""
     nonce: str | None
     """The ``taskforge.nonce`` the plugin wrote, or ``None`` when the report carries none."""
+    properties: tuple[tuple[str, str], ...] = ()
+    """Every ``<testsuite>`` property, in report order (the scoring guard's among them)."""
 
 
 def plugin_source() -> str:
@@ -148,7 +150,9 @@ def parse_junit(xml: bytes | str, *, known_paths: Iterable[str] = ()) -> JUnitRe
     results: dict[str, TestResult] = {}
     collection_errors: list[CollectionError] = []
     nonces: set[str] = set()
+    suite_properties: list[tuple[str, str]] = []
     for suite in suites:
+        suite_properties += _properties(suite)
         nonces.update(value for name, value in _properties(suite) if name == NONCE_PROPERTY)
         for case in suite.findall("testcase"):
             classname, name = case.get("classname"), case.get("name")
@@ -182,7 +186,8 @@ def parse_junit(xml: bytes | str, *, known_paths: Iterable[str] = ()) -> JUnitRe
 
     if len(nonces) > 1:
         raise TestRunError(f"JUnit report carries {len(nonces)} different nonces", reason="report_unreadable")
-    return JUnitReport(results=results, collection_errors=tuple(collection_errors), nonce=next(iter(nonces), None))
+    return JUnitReport(results=results, collection_errors=tuple(collection_errors), nonce=next(iter(nonces), None),
+                       properties=tuple(suite_properties))
 
 
 def _properties(element: ET.Element) -> list[tuple[str, str]]:

@@ -12,7 +12,8 @@ The request says:
 - ``reset``: restore /workspace to its committed state (``git reset --hard``, ``git clean -fdx``)
   and empty /tmp but for /tmp/taskforge, so that no run sees another's leftovers;
 - ``delete``: repo-relative paths to remove after the reset; stdin is a tar of files to write;
-- ``args``: pytest arguments; ``env``: extra environment for pytest;
+- ``args``: pytest arguments; ``env``: extra environment for pytest; ``python_args``: interpreter
+  options before ``-m pytest`` (the scorer's ``-P``);
 - ``select``: node ids to run: only their files are collected, and the taskforge plugin
   deselects the rest of those files' tests;
 - ``coverage``: directories to measure, per test;
@@ -185,7 +186,7 @@ def _run(request, nonce, imports):  # type: ignore[no-untyped-def]
     with open(OUTPUT, "wb") as out:
         if request.get("pytest", True):
             returncode = subprocess.run(
-                [sys.executable, "-m", "pytest", *args],
+                [sys.executable, *request.get("python_args", []), "-m", "pytest", *args],
                 cwd=WORKSPACE,
                 env=env,
                 stdin=subprocess.DEVNULL,

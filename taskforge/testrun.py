@@ -120,6 +120,12 @@ class RunResult:
     """With coverage on: node id → repo-relative file → executed line numbers."""
     import_errors: dict[str, str] = field(default_factory=dict)
     """Modules asked to be imported that failed, with the last line of the error."""
+    has_report: bool = False
+    """Whether pytest wrote a JUnit report (with this run's nonce)."""
+    properties: tuple[tuple[str, str], ...] = ()
+    """The report's ``<testsuite>`` properties."""
+    limits_hit: tuple[str, ...] = ()
+    """Resource limits the run ran into: ``oom``, ``pids_limit``."""
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(r.outcome for r in self.results.values()))
@@ -224,7 +230,11 @@ class SuiteRunner:
         limits: SandboxLimits | None = None,
         timeout_s: float = 1800.0,
         extra_args: Sequence[str] = (),
+        sandbox: Sandbox | None = None,
+        tool_files: Mapping[str, bytes] | None = None,
     ) -> None:
+        """``sandbox``: an already started container of ``env.image`` to use first (a pool's);
+        ``tool_files``: more files for /tmp/taskforge/plugin (another pytest plugin)."""
         self.snapshot = snapshot
         self.env = env
         self.backend = backend
@@ -233,7 +243,9 @@ class SuiteRunner:
         self.extra_args = (*env.pytest_args, *extra_args)
         self.known_paths = find_test_files(snapshot.path)
         self.containers_started = 0
-        self._box: Sandbox | None = None
+        self._box: Sandbox | None = sandbox
+        self._fresh = sandbox is not None  # a given sandbox has not had the tree put in yet
+        self._tool_files = dict(tool_files or {})
 
     def __enter__(self) -> SuiteRunner:
         return self
@@ -251,17 +263,23 @@ class SuiteRunner:
         return self._sandbox()
 
     def _sandbox(self) -> Sandbox:
-        if self._box is not None and self._box.alive:
+        if self._box is not None and self._box.alive and not self._fresh:
             return self._box
-        self.close()
-        box = self.backend.start(self.env.image, limits=self.limits, labels={"taskforge.repo": self.snapshot.name})
-        self._box = box
+        if self._fresh and self._box is not None and self._box.alive:
+            box = self._box
+        else:
+            self.close()
+            box = self.backend.start(self.env.image, limits=self.limits, labels={"taskforge.repo": self.snapshot.name})
+            self._box = box
+        self._fresh = False
         self.containers_started += 1
         box.put_tree(self.snapshot.path, WORKSPACE)
+        tools = _TOOL_DIR.removeprefix("/tmp/")
         box.put_files(
             {
-                f"{_TOOL_DIR.removeprefix('/tmp/')}/plugin/{PLUGIN_MODULE}.py": plugin_source().encode(),
-                f"{_TOOL_DIR.removeprefix('/tmp/')}/driver.py": _DRIVER_SOURCE.read_bytes(),
+                f"{tools}/plugin/{PLUGIN_MODULE}.py": plugin_source().encode(),
+                f"{tools}/driver.py": _DRIVER_SOURCE.read_bytes(),
+                **{f"{tools}/plugin/{name}": content for name, content in self._tool_files.items()},
             },
             "/tmp",
         )
@@ -270,52 +288,60 @@ class SuiteRunner:
     def run(
         self,
         *,
-        changes: Mapping[str, str | None] | None = None,
+        changes: Mapping[str, str | bytes | None] | None = None,
         select: Sequence[str] | None = None,
         coverage: bool = False,
         imports: Sequence[str] = (),
         extra_args: Sequence[str] = (),
         pytest: bool = True,
+        env: Mapping[str, str] | None = None,
+        python_args: Sequence[str] = (),
     ) -> RunResult:
         """Run pytest on the snapshot with ``changes`` (path → new text, None = deleted) applied.
 
         ``select`` limits the run to those node ids; ``coverage`` maps each test to the lines of
         the project's packages it executed (``RunResult.coverage``); ``imports`` are modules to
         import before pytest runs (failures land in ``RunResult.import_errors``); ``pytest=False``
-        makes the run an import check alone.
+        makes the run an import check alone. ``env`` adds to pytest's environment; ``python_args``
+        go to the interpreter (before ``-m pytest``).
         """
         return self.run_repeated(changes=changes, select=select, coverage=coverage, imports=imports,
-                                 extra_args=extra_args, pytest=pytest, repeats=1)[0]
+                                 extra_args=extra_args, pytest=pytest, env=env, python_args=python_args, repeats=1)[0]
 
     def run_repeated(
         self,
         *,
         repeats: int,
-        changes: Mapping[str, str | None] | None = None,
+        changes: Mapping[str, str | bytes | None] | None = None,
         select: Sequence[str] | None = None,
         coverage: bool = False,
         imports: Sequence[str] = (),
         extra_args: Sequence[str] = (),
         pytest: bool = True,
+        env: Mapping[str, str] | None = None,
+        python_args: Sequence[str] = (),
     ) -> list[RunResult]:
         """:meth:`run`, ``repeats`` times in one exec: each repeat starts from a fresh reset of the
         same state, after every process of the one before was killed. ``imports`` are checked
         before the first. A timeout or resource limit ends them all, and each reports it."""
         changes = changes or {}
         box = self._sandbox()
+        text_changes = {path: text.encode() if isinstance(text, str) else text
+                        for path, text in changes.items() if text is not None}
         nonces = [secrets.token_hex(16) for _ in range(repeats)]
         request = {
             "reset": True,
             "delete": sorted(path for path, text in changes.items() if text is None),
             "args": pytest_command(report=_REPORT, extra_args=(*self.extra_args, *extra_args))[3:],
-            "env": {"PYTHONPATH": _PLUGIN_DIR},
+            "env": {**(env or {}), "PYTHONPATH": _PLUGIN_DIR},
+            "python_args": list(python_args),
             "nonces": nonces,
             "select": list(select) if select is not None else None,
             "coverage": [f"{WORKSPACE}/{path}" for path in self.env.package_paths] if coverage else None,
             "imports": list(imports),
             "pytest": pytest,
         }
-        payload = _tar({path: text.encode() for path, text in changes.items() if text is not None})
+        payload = _tar(text_changes)
         started = time.monotonic()
         result = box.exec(
             ["python", f"{_TOOL_DIR}/driver.py", json.dumps(request)],
@@ -329,6 +355,7 @@ class SuiteRunner:
         if result.timed_out or result.limit_hit is not None or result.exit_code != 0:
             failed = _run_result(None, None, result.text(), duration / repeats, timed_out=result.timed_out,
                                  oom=result.limit_hit == "oom", truncated=result.truncated)
+            failed = replace(failed, limits_hit=(result.limit_hit,) if result.limit_hit else ())
             return [failed] * repeats
         # Files a state adds (a hidden test file the test_patch brings back) help map node ids too.
         known = [*self.known_paths, *(p for p, text in changes.items() if text is not None and p not in self.known_paths)]
@@ -347,6 +374,8 @@ class SuiteRunner:
             )
         run = _run_result(reply["exit_code"], report, reply["output_tail"], duration,
                           timed_out=False, oom="oom" in reply["limits_hit"], truncated=truncated)
+        run = replace(run, has_report=report is not None, properties=report.properties if report else (),
+                      limits_hit=tuple(reply["limits_hit"]))
         if reply["import_errors"]:
             run = replace(run, import_errors=dict(reply["import_errors"]))
         if reply["coverage"] is not None:

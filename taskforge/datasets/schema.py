@@ -31,8 +31,9 @@ __all__ = [
 
 TASK_SCHEMA_VERSION = 2
 """v1: first shards; v2: ``source_commit`` and ``audit`` added, ``base_commit`` is the start state's commit."""
-REWARD_SCHEMA_VERSION = 1
-"""v1: first reward rows."""
+REWARD_SCHEMA_VERSION = 2
+"""v1: first reward rows; v2: the scorer's statuses (ok, timeout, patch_failed, tampered, infra_error),
+``outcomes``, ``dropped`` and ``detail`` added."""
 
 # (name, type, description); the type is a short code turned into a pyarrow type by _arrow_type.
 _TASK_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -68,13 +69,17 @@ _REWARD_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("patch", "string", "The candidate patch, as scored."),
     ("reward", "float64", "The reward, in [0, 1]."),
     ("mode", "string", "binary (1.0 only if every test passes) or partial (FAIL_TO_PASS fraction)."),
-    ("status", "string", "scored, patch_failed, timeout, tampered or error."),
+    ("status", "string", "ok (the tests ran and were judged), timeout, patch_failed, tampered or infra_error."),
     ("FAIL_TO_PASS_passed", "list<string>", "FAIL_TO_PASS tests that passed."),
     ("FAIL_TO_PASS_failed", "list<string>", "FAIL_TO_PASS tests that failed, errored, were skipped or missing."),
     ("PASS_TO_PASS_passed", "list<string>", "PASS_TO_PASS tests that passed."),
     ("PASS_TO_PASS_failed", "list<string>", "PASS_TO_PASS tests that failed, errored, were skipped or missing."),
-    ("tampered", "bool", "The candidate tampered with tests or test configuration (reward 0)."),
+    ("outcomes", "string", "JSON: every FAIL_TO_PASS and PASS_TO_PASS id -> its outcome (passed, failed, error, "
+     "skipped, xfailed, xpassed, missing, timeout, not_run)."),
+    ("tampered", "bool", "The candidate tampered with tests, configuration or the test run (reward 0)."),
     ("tampering", "list<string>", "What the tamper checks found, one entry per finding."),
+    ("dropped", "list<string>", "Changes of the candidate the scorer did not apply, each with why."),
+    ("detail", "string", "One line on a status other than ok, or on a contradiction in the run."),
     ("apply_s", "float64", "Seconds to apply the patch and restore the trusted tests."),
     ("test_s", "float64", "Seconds the test run took."),
     ("total_s", "float64", "Seconds the whole scoring took."),

@@ -1,0 +1,157 @@
+"""taskforge's scoring guard: a pytest plugin that catches a candidate tampering with the run from
+inside the test process.
+
+Standalone (stdlib and pytest only): the scorer copies it into the sandbox as
+``taskforge_pytest_guard.py`` and loads it with ``-p taskforge_pytest_guard``, with plugin
+autoloading disabled. It is imported before any ``conftest.py`` or package code, and then:
+
+- records the identity of every function and class in pytest's reporting machinery (runner,
+  reports, skipping, outcomes, junitxml, terminal, the python and unittest collectors), in
+  pluggy's hook calling, in ``unittest.case`` and in ``builtins``;
+- after each test's teardown and at the end of the session, compares them again, and looks at
+  every hook implementation registered with pytest.
+
+A replaced function, or a hook implementation, that comes from a file the candidate wrote (the
+list arrives in ``$TASKFORGE_GUARD_CANDIDATE``, a JSON list of absolute paths), or from nowhere
+traceable, is tampering. Each finding becomes a ``taskforge.tampered`` property of the JUnit
+``<testsuite>``; ``taskforge.guard`` marks a report the guard saw through, so a report without it
+was not written by a guarded run. Checks run between tests only, so a test's own monkeypatching
+(undone at its teardown) is never mistaken for tampering.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+GUARD_PROPERTY = "taskforge.guard"
+TAMPERED_PROPERTY = "taskforge.tampered"
+CANDIDATE_ENV = "TASKFORGE_GUARD_CANDIDATE"
+
+_WATCHED = (
+    "_pytest.runner", "_pytest.reports", "_pytest.skipping", "_pytest.outcomes", "_pytest.junitxml",
+    "_pytest.terminal", "_pytest.python", "_pytest.unittest", "_pytest.main", "_pytest.nodes",
+    "_pytest.fixtures", "_pytest.config", "_pytest.warnings", "_pytest.capture", "_pytest.logging",
+    "pluggy._hooks", "pluggy._callers", "pluggy._manager", "pluggy._result",
+    "unittest.case", "unittest.result", "builtins",
+)
+# Module globals pytest itself swaps during a run.
+_VOLATILE = frozenset({"_reprcompare", "_assertion_pass", "_config"})
+
+_candidate: frozenset[str] = frozenset(os.path.realpath(p) for p in json.loads(os.environ.pop(CANDIDATE_ENV, "[]")))
+
+
+def _members(module_name: str) -> Iterator[tuple[str, Any]]:
+    module = sys.modules.get(module_name)
+    if module is None:
+        return
+    for name, value in list(vars(module).items()):
+        if name in _VOLATILE or not (callable(value) or isinstance(value, type)):
+            continue
+        yield f"{module_name}.{name}", value
+        if isinstance(value, type) and value.__module__ == module_name:
+            for attr, member in list(vars(value).items()):
+                if callable(member) or isinstance(member, (property, classmethod, staticmethod)):
+                    yield f"{module_name}.{name}.{attr}", member
+
+
+def _snapshot() -> dict[str, int]:
+    for name in _WATCHED:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    return {key: id(value) for name in _WATCHED for key, value in _members(name)}
+
+
+_baseline = _snapshot()
+_objects: dict[str, Any] = {key: value for name in _WATCHED for key, value in _members(name)}  # keeps ids valid
+
+
+def _origin(obj: Any) -> str | None:
+    """The file an object's code was written in; None when there is none to find."""
+    for candidate in (obj, getattr(obj, "__func__", None), getattr(obj, "fget", None), getattr(obj, "__wrapped__", None)):
+        code = getattr(candidate, "__code__", None)
+        if code is not None:
+            return os.path.realpath(code.co_filename)
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    file = getattr(module, "__file__", None)
+    if isinstance(obj, type) and isinstance(file, str):
+        return os.path.realpath(file)
+    if type(obj).__name__ in ("builtin_function_or_method", "method_descriptor", "wrapper_descriptor"):
+        return "<builtin>"
+    return None
+
+
+def _suspect(obj: Any) -> str | None:
+    """Why ``obj`` (a replacement or a hook implementation) is the candidate's, or None."""
+    origin = _origin(obj)
+    if origin is None:
+        return "untraceable"
+    if origin in _candidate:
+        return origin
+    return None
+
+
+class _Guard:
+    def __init__(self) -> None:
+        self.findings: list[str] = []
+
+    def note(self, finding: str) -> None:
+        if finding not in self.findings:
+            self.findings.append(finding)
+
+    def check(self, config: pytest.Config) -> None:
+        current = {key: value for name in _WATCHED for key, value in _members(name)}
+        for key, value in current.items():
+            if _baseline.get(key, id(value)) != id(value) and (why := _suspect(value)) is not None:
+                self.note(f"replaced {key} ({why})")
+        for key in _baseline.keys() - current.keys():
+            self.note(f"deleted {key}")
+        for name, caller in vars(config.pluginmanager.hook).items():
+            if name.startswith("_") or not hasattr(caller, "get_hookimpls"):
+                continue
+            for impl in caller.get_hookimpls():
+                if (why := _suspect(impl.function)) is not None and why != "untraceable":
+                    self.note(f"hook {name} implemented in {why}")
+
+
+_guard_key = pytest.StashKey[_Guard]()
+_CONFIG: list[pytest.Config] = []  # logfinish gets no config; the session's, once it starts
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_guard_key] = _Guard()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    config = _CONFIG[0] if _CONFIG else None
+    if config is not None:
+        config.stash[_guard_key].check(config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _CONFIG[:] = [session.config]
+    session.config.stash[_guard_key].check(session.config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before junitxml's own sessionfinish writes the report
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from _pytest.junitxml import xml_key  # the writer's stash key; private, but stable since pytest 7.0
+
+    guard = session.config.stash[_guard_key]
+    guard.check(session.config)
+    writer = session.config.stash.get(xml_key, None)
+    if writer is not None:
+        writer.add_global_property(GUARD_PROPERTY, "1")
+        for finding in guard.findings:
+            writer.add_global_property(TAMPERED_PROPERTY, finding[:300])
