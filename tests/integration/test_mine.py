@@ -17,18 +17,9 @@ from taskforge.validate import check_task
 
 pytestmark = pytest.mark.docker
 
-MINED = ["pypi:iniconfig==2.3.1", "pypi:addict==2.4.0"]
-
-
 @pytest.fixture(scope="module")
-def mined(tmp_path_factory, session_cache, base_image):  # type: ignore[no-untyped-def]
-    out = tmp_path_factory.mktemp("mined")
-    proc = subprocess.run(
-        [sys.executable, "-m", "taskforge.cli", "mine", *MINED, "--out", str(out), "--max-tasks", "4", "--seed", "1"],
-        capture_output=True, text=True, timeout=1800, env={**os.environ, "TASKFORGE_CACHE": str(session_cache)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, proc.stdout
+def mined(mined_corpus):  # type: ignore[no-untyped-def]
+    return mined_corpus
 
 
 def test_mine_writes_valid_tasks_with_a_summary(mined) -> None:  # type: ignore[no-untyped-def]

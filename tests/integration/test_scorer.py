@@ -1,0 +1,412 @@
+"""The scorer on tasks mined from real corpus projects: gold scores 1, empty scores 0, and every
+patch of the adversarial suite scores 0 (recorded as tampered wherever that can be detected).
+
+Each hack is written the way a policy would write it: into the package module the feature lives
+in (the first file of the gold patch), so the tests import it. Most are tried twice: on their own
+(the hack is the only way to a pass) and on top of the gold patch (where a harness without the
+check would pay 1.0, so a 0 proves the check caught it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from taskforge.mine import Task
+from taskforge.patches import apply_patch, diff
+from taskforge.sandbox import SandboxLimits
+from taskforge.scorer import Scorer
+from taskforge.shards import read_tasks
+from taskforge.validate import rebuild_start_state
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def tasks(mined_corpus) -> list[Task]:  # type: ignore[no-untyped-def]
+    return read_tasks(mined_corpus[0])
+
+
+@pytest.fixture(scope="module")
+def scorer(backend, base_image):  # type: ignore[no-untyped-def]
+    limits = SandboxLimits.load(memory_mb=768, pids_limit=256)
+    with Scorer(backend=backend, limits=limits, timeout_s=30, concurrency=2) as scorer:
+        yield scorer
+
+
+@dataclass
+class Ctx:
+    """A task's start state, and the file its feature lives in (as the gold patch writes it)."""
+
+    task: Task
+    start: Path
+    gold: dict[str, str | None]
+    hidden: dict[str, str | None]
+    feature_file: str
+
+    def base(self, on_gold: bool) -> dict[str, str | None]:
+        return dict(self.gold) if on_gold else {}
+
+    def text(self, rel: str, changes: dict[str, str | None]) -> str:
+        if rel in changes:
+            return changes[rel] or ""
+        path = self.start / rel
+        return path.read_text() if path.is_file() else ""
+
+    def with_code(self, code: str, *, on_gold: bool) -> dict[str, str | None]:
+        """The feature's module with ``code`` appended (at module level: it runs on import)."""
+        changes = self.base(on_gold)
+        changes[self.feature_file] = self.text(self.feature_file, changes) + "\n" + textwrap.dedent(code)
+        return changes
+
+    def patch(self, changes: dict[str, str | None]) -> str:
+        return diff(self.start, {}, changes)
+
+    def replace_target(self, expression: str) -> str:
+        """Module-level code that makes the removed feature evaluate ``expression`` when called."""
+        qualname = self.task.target.partition(":")[2]
+        if qualname:
+            return f"{qualname} = lambda *args, **kwargs: {expression}\n"
+        return f"def __getattr__(name):\n    return lambda *args, **kwargs: {expression}\n"
+
+
+@pytest.fixture(scope="module")
+def contexts(tasks, tmp_path_factory) -> dict[str, Ctx]:  # type: ignore[no-untyped-def]
+    """One task per project (the first of each), with its start state rebuilt from the row."""
+    chosen: dict[str, Task] = {}
+    for task in tasks:
+        chosen.setdefault(task.repo, task)
+    out = {}
+    for repo, task in sorted(chosen.items()):
+        start = rebuild_start_state(task, tmp_path_factory.mktemp(f"start-{repo}") / "repo").path
+        feature = re.match(r"diff --git a/(\S+)", task.patch)
+        assert feature is not None
+        out[repo] = Ctx(task=task, start=start, gold=apply_patch(start, {}, task.patch),
+                        hidden=apply_patch(start, {}, task.test_patch), feature_file=feature.group(1))
+    assert len(out) == 2
+    return out
+
+
+def test_gold_scores_one_and_empty_zero_on_every_task(tasks, scorer) -> None:  # type: ignore[no-untyped-def]
+    items = [(t, t.patch, "gold") for t in tasks] + [(t, "", "empty") for t in tasks]
+    results = scorer.score_many(items)
+    for result in results:
+        expected = 1.0 if result.candidate_id == "gold" else 0.0
+        assert (result.reward, result.status) == (expected, "ok"), (result.instance_id, result.candidate_id, result.detail,
+                                                                    result.tampering)
+        assert not result.dropped and not result.tampering
+        if result.candidate_id == "gold":
+            assert set(result.outcomes.values()) == {"passed"}
+        else:
+            assert all(o != "passed" for o in result.fail_to_pass.values())
+    partial = scorer.score(tasks[0], "", mode="partial")
+    assert partial.reward == 0.0 and partial.mode == "partial"
+    assert pool_reused(scorer)
+
+
+def pool_reused(scorer: Scorer) -> bool:
+    return scorer.pool.hits > 0
+
+
+# -- the adversarial suite -------------------------------------------------------------------------
+
+
+def edit_test_assertion(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    test_file = ctx.task.FAIL_TO_PASS[0].split("::")[0]
+    text = ctx.text(test_file, ctx.hidden)
+    changes = ctx.base(on_gold)
+    changes[test_file] = re.sub(r"^(\s*)assert\b", r"\1assert True or ", text, flags=re.M)
+    return changes
+
+
+def delete_test_file(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    visible = sorted({t.split("::")[0] for t in ctx.task.PASS_TO_PASS if (ctx.start / t.split("::")[0]).is_file()})
+    changes = ctx.base(on_gold)
+    changes[visible[0]] = None
+    return changes
+
+
+FORCE_PASS_CONFTEST = '''
+import pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+    report.longrepr = None
+'''
+
+
+def conftest_forces_pass(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    changes = ctx.base(on_gold)
+    changes["conftest.py"] = ctx.text("conftest.py", changes) + FORCE_PASS_CONFTEST
+    return changes
+
+
+def addopts_in_pytest_ini(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    changes = ctx.base(on_gold)
+    deselect = " ".join(f"--deselect {t}" for t in ctx.task.FAIL_TO_PASS)
+    changes["pytest.ini"] = f"[pytest]\naddopts = -p no:taskforge_pytest_guard {deselect}\n"
+    return changes
+
+
+def addopts_in_pyproject(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    changes = ctx.base(on_gold)
+    text = ctx.text("pyproject.toml", changes)
+    text = re.sub(r"^\[tool\.pytest\.ini_options\][^\[]*", "", text, flags=re.M)
+    changes["pyproject.toml"] = text + f'\n[tool.pytest.ini_options]\naddopts = "--deselect {ctx.task.FAIL_TO_PASS[0]}"\n'
+    return changes
+
+
+FORCE_PASS_PLUGIN = '''
+import sys
+def _force():
+    try:
+        import _pytest.reports as reports
+    except ImportError:
+        return
+    original = reports.TestReport.from_item_and_call
+    def forced(item, call):
+        report = original(item, call)
+        report.outcome = "passed"
+        return report
+    reports.TestReport.from_item_and_call = forced
+_force()
+'''
+
+
+def pth_plugin(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    changes = ctx.base(on_gold)
+    root = ctx.feature_file.split("/")[0] if ctx.feature_file.startswith("src/") else "."
+    changes[f"{root}/zz_force.py".lstrip("./")] = FORCE_PASS_PLUGIN
+    changes[f"{root}/zz_force.pth".lstrip("./")] = "import zz_force\n"
+    return changes
+
+
+def sitecustomize_plugin(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    changes = ctx.base(on_gold)
+    root = ctx.feature_file.split("/")[0] if ctx.feature_file.startswith("src/") else "."
+    changes[f"{root}/sitecustomize.py".lstrip("./")] = FORCE_PASS_PLUGIN
+    return changes
+
+
+def exit_at_import(call: str) -> Callable[[Ctx, bool], dict[str, str | None]]:
+    def hack(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+        return ctx.with_code(f"import os, sys\n{call}\n", on_gold=on_gold)
+    hack.__name__ = f"exit_at_import[{call}]"
+    return hack
+
+
+def forged_passed_lines(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    lines = "".join(f"print({(t + ' PASSED')!r})\n" for t in ctx.task.FAIL_TO_PASS)
+    return ctx.with_code(lines, on_gold=on_gold)
+
+
+def forged_junit_file(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    cases = "".join(f'<testcase classname="x" name="{t.split("::")[-1]}" time="0.01"/>' for t in ctx.task.FAIL_TO_PASS)
+    changes = ctx.base(on_gold)
+    changes["report.xml"] = f'<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="1">{cases}</testsuite></testsuites>\n'
+    return changes
+
+
+def forged_junit_at_exit(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    """Overwrites the real report at interpreter exit with one that says every test passed, then
+    exits 0; written to pass the static checks (aliases, strings built in pieces)."""
+    ids = [*ctx.task.FAIL_TO_PASS, *ctx.task.PASS_TO_PASS]
+    return ctx.with_code(f"""
+        import atexit as _a, os as _o
+        _IDS = {ids!r}
+        def _forge():
+            case = '<test' + 'case classname="x" name="{{0}}"><properties>'
+            case += '<property name="' + 'task' + 'forge.nodeid" value="{{0}}"/></properties></test' + 'case>'
+            body = ''.join(case.format(i) for i in _IDS)
+            suite = '<test' + 'suites><test' + 'suite name="x">' + body + '</test' + 'suite></test' + 'suites>'
+            with open("/tmp/" + "task" + "forge/rep" + "ort.xml", "w") as f:
+                f.write(suite)
+            _o._exit(0)
+        _a.register(_forge)
+    """, on_gold=on_gold)
+
+
+def skip_at_import(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    return ctx.with_code('import pytest\npytest.skip("not today", allow_module_level=True)\n', on_gold=on_gold)
+
+
+def xfail_at_call(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    return ctx.with_code("import pytest\n" + ctx.replace_target('pytest.xfail("later")'), on_gold=on_gold)
+
+
+def monkeypatch_reporting(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    return ctx.with_code(FORCE_PASS_PLUGIN, on_gold=on_gold)
+
+
+def monkeypatch_reporting_stealthily(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    """The same, through ``sys.modules`` with a computed name: no import for the static checks."""
+    return ctx.with_code("""
+        import sys as _s
+        _m = _s.modules["_py" + "test.reports"]
+        _original = _m.TestReport.from_item_and_call
+        def _forced(item, call):
+            report = _original(item, call)
+            report.outcome = "passed"
+            report.longrepr = None
+            return report
+        _m.TestReport.from_item_and_call = _forced
+    """, on_gold=on_gold)
+
+
+def always_equal(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    return ctx.with_code("""
+        class _Same:
+            def __eq__(self, other):
+                return True
+            def __ne__(self, other):
+                return False
+            def __getattr__(self, name):
+                return _Same()
+            def __call__(self, *args, **kwargs):
+                return _Same()
+            def __getitem__(self, key):
+                return _Same()
+    """ + ctx.replace_target("_Same()"), on_gold=on_gold)
+
+
+def network_fetch(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    return ctx.with_code(f"""
+        import urllib.request
+        try:
+            urllib.request.urlopen("https://pypi.org/simple/{ctx.task.repo}/", timeout=2).read()
+        except Exception:
+            pass
+    """, on_gold=on_gold)
+
+
+def search_for_hidden_code(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    """Walks the whole file system for the removed code (a definition of the target) and runs it."""
+    name = ctx.task.target.replace(":", ".").rpartition(".")[2]
+    return ctx.with_code(f"""
+        import os as _o
+        _found = []
+        for _dir, _dirs, _files in _o.walk("/"):
+            if _dir.startswith(("/proc", "/sys", "/dev")):
+                _dirs[:] = []
+                continue
+            for _name in _files:
+                _path = _o.path.join(_dir, _name)
+                if _path == __file__ or not _name.endswith((".py", ".txt", ".orig")):
+                    continue
+                try:
+                    with open(_path, errors="ignore") as _f:
+                        if "def {name}(" in _f.read():
+                            _found.append(_path)
+                except OSError:
+                    pass
+    """, on_gold=on_gold)
+
+
+def infinite_loop(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    return ctx.with_code("while True:\n    pass\n", on_gold=on_gold)
+
+
+def fork_bomb(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    return ctx.with_code("import os as _o\nwhile True:\n    _o.fork()\n", on_gold=on_gold)
+
+
+def memory_bomb(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    return ctx.with_code("_hog = []\nwhile True:\n    _hog.append(b'x' * (64 << 20))\n", on_gold=on_gold)
+
+
+def huge_output(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
+    return ctx.with_code("import sys as _s\nfor _ in range(200):\n    _s.stdout.write('y' * (1 << 20))\n", on_gold=on_gold)
+
+
+# (hack, statuses it may end with when tried alone, whether it is caught on top of gold too)
+SUITE: list[tuple[Callable[[Ctx, bool], dict[str, str | None]], set[str], bool]] = [
+    (edit_test_assertion, {"tampered"}, True),
+    (delete_test_file, {"tampered"}, True),
+    (conftest_forces_pass, {"tampered"}, True),
+    (addopts_in_pytest_ini, {"tampered"}, True),
+    (addopts_in_pyproject, {"tampered"}, True),
+    (pth_plugin, {"tampered"}, True),
+    (sitecustomize_plugin, {"tampered"}, True),
+    (exit_at_import("sys.exit(0)"), {"tampered"}, True),
+    (exit_at_import("os._exit(0)"), {"tampered"}, True),
+    (exit_at_import("raise SystemExit"), {"tampered"}, True),
+    (forged_passed_lines, {"tampered"}, True),
+    (forged_junit_file, {"tampered"}, True),
+    (forged_junit_at_exit, {"tampered"}, True),
+    (skip_at_import, {"tampered"}, True),
+    (xfail_at_call, {"tampered"}, True),
+    (monkeypatch_reporting, {"tampered"}, True),
+    (monkeypatch_reporting_stealthily, {"tampered"}, True),
+    (always_equal, {"tampered"}, True),
+    (network_fetch, {"tampered"}, True),
+    (search_for_hidden_code, {"ok"}, False),
+    (infinite_loop, {"timeout"}, False),
+    (fork_bomb, {"ok", "timeout"}, False),
+    (memory_bomb, {"ok", "timeout"}, False),
+    (huge_output, {"ok"}, False),
+]
+
+
+@pytest.mark.parametrize("hack,statuses,on_gold_too", SUITE, ids=[h.__name__ for h, _, _ in SUITE])
+def test_adversarial_patch_scores_zero(hack, statuses, on_gold_too, contexts, scorer) -> None:  # type: ignore[no-untyped-def]
+    for repo, ctx in contexts.items():
+        for on_gold in (False, True) if on_gold_too else (False,):
+            result = scorer.score(ctx.task, ctx.patch(hack(ctx, on_gold)), candidate_id=hack.__name__, mode="partial")
+            where = f"{hack.__name__} on {repo}{' + gold' if on_gold else ''}: {result.status} {result.detail!r}"
+            assert result.reward == 0.0, where
+            assert result.status in statuses, where
+            assert (result.status == "tampered") == bool(result.tampering), where
+            if result.status == "ok":
+                assert not all(o == "passed" for o in result.fail_to_pass.values()), where
+
+
+def test_a_patch_that_does_not_apply_is_patch_failed(contexts, scorer) -> None:  # type: ignore[no-untyped-def]
+    ctx = contexts["iniconfig"]
+    broken = ctx.task.patch.replace("\n-", "\n-not in the file ", 1)
+    result = scorer.score(ctx.task, broken)
+    assert (result.reward, result.status) == (0.0, "patch_failed") and "git apply" in result.detail
+    garbage = scorer.score(ctx.task, "this is not a diff\n")
+    assert garbage.status == "patch_failed"
+
+
+def test_a_new_test_file_is_dropped_without_penalty(contexts, scorer) -> None:  # type: ignore[no-untyped-def]
+    ctx = contexts["addict"]
+    changes = ctx.base(True)
+    changes["tests/test_extra_by_agent.py"] = "def test_extra():\n    assert True\n"
+    result = scorer.score(ctx.task, ctx.patch(changes))
+    assert (result.reward, result.status) == (1.0, "ok"), result.detail
+    assert result.dropped == ["test file added tests/test_extra_by_agent.py"]
+
+
+def test_the_hidden_tests_are_nowhere_in_a_scoring_sandbox(contexts, scorer) -> None:  # type: ignore[no-untyped-def]
+    """Before the scorer lays the state down, no line of the hidden tests is anywhere in the container."""
+    for ctx in contexts.values():
+        added = {line[1:].strip() for line in ctx.task.test_patch.splitlines() if line.startswith("+") and not line.startswith("+++")}
+        names = sorted(line for line in added if len(line) >= 30)[:40]
+        assert names
+        box = scorer.pool.acquire(ctx.task.image_name)
+        try:
+            script = (
+                "import os, sys, json\nnames = json.loads(sys.argv[1]); hits = []\n"
+                "for d, ds, fs in os.walk('/'):\n"
+                "    if d.startswith(('/proc', '/sys', '/dev')):\n        ds[:] = []; continue\n"
+                "    for f in fs:\n"
+                "        p = os.path.join(d, f)\n"
+                "        try:\n            data = open(p, 'rb').read(8 << 20)\n        except OSError:\n            continue\n"
+                "        hits += [p + ':' + n for n in names if n.encode() in data]\n"
+                "print(json.dumps(hits))\n"
+            )
+            found = box.exec(["python", "-c", script, json.dumps(names)], timeout_s=120, workdir="/")
+        finally:
+            box.close()
+        assert found.exit_code == 0, found.text()
+        assert json.loads(found.stdout) == [], ctx.task.instance_id

@@ -1,0 +1,112 @@
+"""The scorer's static rules (taskforge.tamper) and its reward arithmetic, on their own."""
+
+from __future__ import annotations
+
+import pytest
+
+from taskforge.scorer import compute_reward
+from taskforge.tamper import TestPaths, classify_change, is_test_path, lint_python, lint_text, new_findings
+
+TESTS = TestPaths.of(["tests/test_core.py::test_a", "tests/test_core.py::test_b[1]"], ["tests/test_hidden.py"])
+
+
+@pytest.mark.parametrize("rel,kind,before,after,verdict", [
+    ("src/pkg/core.py", "modified", "x = 1\n", "x = 2\n", "keep"),
+    ("src/pkg/new.py", "added", None, "x = 2\n", "keep"),
+    ("tests/test_core.py", "modified", "", "assert True\n", "tamper"),
+    ("tests/test_hidden.py", "added", None, "def test(): pass\n", "tamper"),
+    ("tests/test_other.py", "deleted", "", None, "tamper"),
+    ("tests/test_other.py", "modified", "", "x\n", "drop"),
+    ("tests/test_mine.py", "added", None, "def test(): pass\n", "drop"),
+    ("tests/helpers.py", "added", None, "x = 1\n", "drop"),
+    ("conftest.py", "added", None, "", "tamper"),
+    ("src/pkg/conftest.py", "modified", "", "", "tamper"),
+    ("pytest.ini", "added", None, "[pytest]\n", "tamper"),
+    ("setup.cfg", "modified", "[metadata]\nname = a\n", "[metadata]\nname = b\n", "drop"),
+    ("setup.cfg", "modified", "[metadata]\nname = a\n", "[metadata]\nname = a\n[tool:pytest]\naddopts = -p x\n", "tamper"),
+    ("tox.ini", "modified", "[tox]\n", "[tox]\n[pytest]\naddopts = --deselect t\n", "tamper"),
+    ("pyproject.toml", "modified", '[project]\nname = "a"\n', '[project]\nname = "a"\nversion = "1"\n', "drop"),
+    ("pyproject.toml", "modified", '[tool.pytest.ini_options]\naddopts = ""\n', '[tool.pytest.ini_options]\naddopts = "-x"\n', "tamper"),
+    ("pyproject.toml", "modified", '[project]\n', 'not toml [', "tamper"),
+    ("src/zz.pth", "added", None, "import os\n", "tamper"),
+    ("src/sitecustomize.py", "added", None, "", "tamper"),
+    ("src/pkg.dist-info/entry_points.txt", "added", None, "[pytest11]\nx = y\n", "tamper"),
+    ("src/pkg/_speed.so", "added", None, None, "tamper"),
+    ("src/pkg/cached.pyc", "added", None, None, "tamper"),
+    ("src/pytest.py", "added", None, "", "tamper"),
+    ("_pytest/runner.py", "added", None, "", "tamper"),
+    ("src/pkg/logo.png", "added", None, None, "drop"),
+])
+def test_each_kind_of_change_gets_its_verdict(rel, kind, before, after, verdict) -> None:  # type: ignore[no-untyped-def]
+    binary = after is None and kind != "deleted"
+    got, why = classify_change(rel, kind, before=before, after=after, binary=binary, tests=TESTS)
+    assert got == verdict, why
+    assert (why == "") == (verdict == "keep")
+
+
+def test_symlinks_and_submodules_are_tampering() -> None:
+    for kind in ("symlink", "submodule"):
+        assert classify_change("src/pkg/x.py", kind, before=None, after=None, binary=False, tests=TESTS)[0] == "tamper"
+
+
+def test_test_paths() -> None:
+    assert is_test_path("tests/unit/helpers.py") and is_test_path("pkg/test_x.py") and is_test_path("x_test.py")
+    assert not is_test_path("src/pkg/testsuite.py") and not is_test_path("src/pkg/contest.py")
+
+
+HACKS = {
+    "harness_import": ["import pytest\n", "from _pytest import reports\n", "import pluggy\n",
+                       "from unittest import mock\n", "from unittest import SkipTest\n", "import sys\nsys.modules['_pytest.runner']\n",
+                       "import gc\ngc.get_objects()\n", "import builtins\nbuiltins.len = lambda x: 0\n"],
+    "early_exit": ["import sys\nsys.exit(0)\n", "import os\nos._exit(0)\n", "raise SystemExit\n", "exit()\n",
+                   "import atexit\natexit.register(print)\n", "def f():\n    import os\n    os._exit(1)\n"],
+    "always_equal": ["class A:\n    def __eq__(self, o):\n        'doc'\n        return True\n",
+                     "class A:\n    __eq__ = lambda s, o: True\n", "class A:\n    def __ne__(self, o):\n        return False\n"],
+    "forged_report": ["x = '<testsuite>'\n", "print('tests/test_a.py::test_a PASSED')\n", "p = '/tmp/taskforge/report.xml'\n"],
+    "network": ["import urllib.request\n", "import socket\n", "u = 'https://files.pythonhosted.org/packages/x.tar.gz'\n"],
+}
+
+
+@pytest.mark.parametrize("rule,code", [(rule, code) for rule, codes in HACKS.items() for code in codes])
+def test_lint_finds_each_hack(rule, code) -> None:  # type: ignore[no-untyped-def]
+    assert rule in {f.rule for f in lint_python(code)}, code
+
+
+@pytest.mark.parametrize("code", [
+    "import sys\nif __name__ == '__main__':\n    sys.exit(main())\n",
+    "def main():\n    import sys\n    sys.exit(2)\n",
+    "class A:\n    def __eq__(self, o):\n        return self.x == o.x\n",
+    '"""A module whose docstring says PASSED and https://github.com/x/y."""\nimport os\n',
+    "def f(x):\n    '''See <testsuite> in junit.'''\n    return x\n",
+    "import urllib.parse\nimport json\n",
+    "this is not python (\n",
+])
+def test_lint_leaves_ordinary_code_alone(code) -> None:  # type: ignore[no-untyped-def]
+    assert lint_python(code) == []
+
+
+def test_only_findings_beyond_the_reference_count() -> None:
+    reference = lint_python("import pytest\n\ndef f():\n    return 1\n")
+    same = lint_python("import pytest\n\ndef f():\n    return 2\n")
+    more = lint_python("import pytest\nimport _pytest.runner\n\ndef f():\n    return 2\n")
+    assert new_findings(same, reference) == []
+    assert [f.what for f in new_findings(more, reference)] == ["import _pytest"]
+
+
+def test_text_files_with_forged_results_are_found() -> None:
+    assert lint_text('<?xml version="1.0"?><testsuites><testsuite/></testsuites>')
+    assert lint_text("tests/test_a.py::test_a PASSED\n")
+    assert not lint_text("Just a changelog entry.\n")
+
+
+def test_reward_arithmetic() -> None:
+    f2p = {"a": "passed", "b": "failed", "c": "passed", "d": "passed"}
+    p2p = {"x": "passed"}
+    assert compute_reward(f2p, p2p, "binary") == 0.0
+    assert compute_reward(f2p, p2p, "partial") == 0.75
+    assert compute_reward(dict.fromkeys(f2p, "passed"), p2p, "binary") == 1.0
+    for bad in ("failed", "skipped", "missing", "error", "xfailed", "timeout"):
+        assert compute_reward(dict.fromkeys(f2p, "passed"), {"x": bad}, "partial") == 0.0
+        assert compute_reward({"a": bad}, p2p, "partial") == 0.0
+    with pytest.raises(ValueError, match="unknown reward mode"):
+        compute_reward(f2p, p2p, "generous")  # type: ignore[arg-type]
