@@ -13,7 +13,8 @@ autoloading disabled. It is imported before any ``conftest.py`` or package code,
 
 A replaced function, or a hook implementation, that comes from a file the candidate wrote (the
 list arrives in ``$TASKFORGE_GUARD_CANDIDATE``, a JSON list of absolute paths), or from nowhere
-traceable, is tampering. Each finding becomes a ``taskforge.tampered`` property of the JUnit
+traceable, is tampering; the hooks of the image's own plugins (``$TASKFORGE_GUARD_TRUSTED``) are
+not held against a candidate that edits their module. Each finding becomes a ``taskforge.tampered`` property of the JUnit
 ``<testsuite>``; ``taskforge.guard`` marks a report the guard saw through, so a report without it
 was not written by a guarded run. Checks run between tests only, so a test's own monkeypatching
 (undone at its teardown) is never mistaken for tampering.
@@ -33,6 +34,7 @@ import pytest
 GUARD_PROPERTY = "taskforge.guard"
 TAMPERED_PROPERTY = "taskforge.tampered"
 CANDIDATE_ENV = "TASKFORGE_GUARD_CANDIDATE"
+TRUSTED_ENV = "TASKFORGE_GUARD_TRUSTED"
 
 _WATCHED = (
     "_pytest.runner", "_pytest.reports", "_pytest.skipping", "_pytest.outcomes", "_pytest.junitxml",
@@ -41,10 +43,18 @@ _WATCHED = (
     "pluggy._hooks", "pluggy._callers", "pluggy._manager", "pluggy._result",
     "unittest.case", "unittest.result", "builtins",
 )
+# Checked after every test (cheap); all of _WATCHED at the start and end of the session.
+_EVERY_TEST = ("_pytest.runner", "_pytest.reports", "_pytest.skipping", "_pytest.outcomes", "_pytest.junitxml",
+               "pluggy._hooks", "pluggy._callers")
+_REPORT_HOOKS = ("pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_report_teststatus",
+                 "pytest_runtest_protocol", "pytest_runtest_call", "pytest_pyfunc_call")
 # Module globals pytest itself swaps during a run.
 _VOLATILE = frozenset({"_reprcompare", "_assertion_pass", "_config"})
 
 _candidate: frozenset[str] = frozenset(os.path.realpath(p) for p in json.loads(os.environ.pop(CANDIDATE_ENV, "[]")))
+# The image's own pytest plugins (loaded with -p by the scorer): a project that is itself a pytest
+# plugin keeps its hooks even where the candidate edits their module.
+_trusted: frozenset[str] = frozenset(json.loads(os.environ.pop(TRUSTED_ENV, "[]")))
 
 
 def _members(module_name: str) -> Iterator[tuple[str, Any]]:
@@ -107,17 +117,23 @@ class _Guard:
         if finding not in self.findings:
             self.findings.append(finding)
 
-    def check(self, config: pytest.Config) -> None:
-        current = {key: value for name in _WATCHED for key, value in _members(name)}
+    def check(self, config: pytest.Config, *, full: bool = True) -> None:
+        modules = _WATCHED if full else _EVERY_TEST
+        current = {key: value for name in modules for key, value in _members(name)}
         for key, value in current.items():
             if _baseline.get(key, id(value)) != id(value) and (why := _suspect(value)) is not None:
                 self.note(f"replaced {key} ({why})")
-        for key in _baseline.keys() - current.keys():
-            self.note(f"deleted {key}")
-        for name, caller in vars(config.pluginmanager.hook).items():
-            if name.startswith("_") or not hasattr(caller, "get_hookimpls"):
+        if full:
+            for key in _baseline.keys() - current.keys():
+                self.note(f"deleted {key}")
+        hooks = vars(config.pluginmanager.hook)
+        for name in list(hooks) if full else _REPORT_HOOKS:
+            caller = hooks.get(name)
+            if caller is None or name.startswith("_") or not hasattr(caller, "get_hookimpls"):
                 continue
             for impl in caller.get_hookimpls():
+                if config.pluginmanager.get_name(impl.plugin) in _trusted:
+                    continue
                 if (why := _suspect(impl.function)) is not None and why != "untraceable":
                     self.note(f"hook {name} implemented in {why}")
 
@@ -135,7 +151,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
     config = _CONFIG[0] if _CONFIG else None
     if config is not None:
-        config.stash[_guard_key].check(config)
+        config.stash[_guard_key].check(config, full=False)
 
 
 @pytest.hookimpl(tryfirst=True)

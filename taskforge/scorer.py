@@ -486,7 +486,8 @@ class Scorer:
                 extra_args=("--continue-on-collection-errors", "-p", GUARD_MODULE,
                             *(arg for plugin in plugins for arg in ("-p", plugin))),
                 env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-                     "TASKFORGE_GUARD_CANDIDATE": json.dumps([f"/workspace/{rel}" for rel in prepared.kept])},
+                     "TASKFORGE_GUARD_CANDIDATE": json.dumps([f"/workspace/{rel}" for rel in prepared.kept]),
+                     "TASKFORGE_GUARD_TRUSTED": json.dumps(plugins)},
                 python_args=("-P",),
             )
 
