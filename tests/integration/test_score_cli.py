@@ -1,0 +1,91 @@
+"""``taskforge score`` on the sample tasks, as a user runs it: SWE-bench predictions (gold, empty,
+and one for a task that does not exist) plus the gold candidate of every task, scored by the real
+scorer into reward shards; a second run resumes and has nothing left to score."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from taskforge import datasets
+from taskforge.datasets import (
+    TASKS,
+    DatasetWriter,
+    read_manifest,
+    read_tasks,
+    run_versions,
+)
+from taskforge.environment import build_environment
+from taskforge.sources import fetch
+
+pytestmark = pytest.mark.docker
+
+SAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "sample"
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory, backend, base_image, session_cache) -> Path:  # type: ignore[no-untyped-def]
+    """A copy of datasets/sample whose image_name is the environment image as this machine builds it."""
+    tasks = read_tasks(SAMPLE)
+    env = build_environment(fetch(tasks[0].source), backend=backend, base=base_image)
+    out = tmp_path_factory.mktemp("sample")
+    with DatasetWriter(out, kind=TASKS, recipe=read_manifest(SAMPLE).recipe, versions=run_versions()) as writer:
+        writer.write((replace(t, image_name=env.image).to_row() for t in tasks), prefix="tasks-sample")
+    return out
+
+
+def _score(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "taskforge.cli", "score", *args], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "TASKFORGE_CACHE": str(cache)}, check=False)
+
+
+def test_score_writes_reward_rows_reports_unknown_tasks_and_resumes(sample: Path, session_cache: Path,
+                                                                    tmp_path: Path) -> None:
+    first, second, _ = tasks = read_tasks(sample)
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text("".join(json.dumps(p) + "\n" for p in [
+        {"instance_id": first.instance_id, "model_patch": first.patch, "model_name_or_path": "model-a"},
+        {"instance_id": second.instance_id, "model_patch": "", "model_name_or_path": "model-a"},
+        {"instance_id": "no-such-task", "model_patch": first.patch, "model_name_or_path": "model-a"},
+    ]))
+    out = tmp_path / "rewards"
+    args = ("--tasks", str(sample), "--predictions", str(predictions), "--out", str(out), "--concurrency", "3")
+
+    run = _score(session_cache, *args, "--gold")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "unknown instance_id 'no-such-task' (candidate 'model-a')" in run.stderr
+    assert "5/5" in run.stderr.splitlines()[-1]  # the progress line, finished
+    summary = run.stdout.splitlines()
+    assert summary[0] == "scored 5 candidate(s) for 3 task(s): mean reward 0.800"
+    assert summary[1] == "status: ok 5"
+    assert "  gold: 3 scored, mean reward 1.000" in summary and "  model-a: 2 scored, mean reward 0.500" in summary
+    assert "unknown instance_id: 1; already scored: 0; repeated: 0" in summary
+    assert summary[-1] == f"{out}: 5 reward rows"
+
+    rows = {(r["instance_id"], r["candidate_id"]): r for r in datasets.open(out).to_table().to_pylist()}
+    assert {key: (row["reward"], row["status"]) for key, row in rows.items()} == {
+        (first.instance_id, "model-a"): (1.0, "ok"), (second.instance_id, "model-a"): (0.0, "ok"),
+        **{(t.instance_id, "gold"): (1.0, "ok") for t in tasks}}
+    gold = rows[(first.instance_id, "model-a")]
+    assert gold["FAIL_TO_PASS_passed"] == list(first.FAIL_TO_PASS) and gold["PASS_TO_PASS_failed"] == []
+    assert gold["patch"] == first.patch and gold["mode"] == "binary" and not gold["tampered"]
+    empty = rows[(second.instance_id, "model-a")]
+    assert empty["FAIL_TO_PASS_failed"] == list(second.FAIL_TO_PASS) and empty["FAIL_TO_PASS_passed"] == []
+    assert read_manifest(out).recipe == {"command": "score", "mode": "binary", "scorer_version": "2"}
+
+    again = _score(session_cache, *args, "--gold")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "5 candidate(s) already scored" in again.stderr
+    assert again.stdout.splitlines()[0] == "scored 0 candidate(s) for 0 task(s): mean reward 0.000"
+    assert again.stdout.splitlines()[-1] == f"{out}: 5 reward rows"
+    assert datasets.open(out).to_table().to_pylist() == list(rows.values())
+
+    other_mode = _score(session_cache, *args, "--mode", "partial")
+    assert other_mode.returncode == 1
+    assert other_mode.stderr.strip().splitlines()[-1].endswith("[recipe_mismatch]")
