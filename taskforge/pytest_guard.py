@@ -162,7 +162,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml's own sessionfinish writes the report
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    from _pytest.junitxml import xml_key  # the writer's stash key; private, but stable since pytest 7.0
+    from _pytest.junitxml import (
+        xml_key,  # the writer's stash key; private, but stable since pytest 7.0
+    )
 
     guard = session.config.stash[_guard_key]
     guard.check(session.config)

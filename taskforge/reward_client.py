@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from taskforge.errors import TaskforgeError
-from taskforge.scorer import RewardMode, RewardResult
+from taskforge.rewards import RewardMode, RewardResult
 
 __all__ = ["RewardClient", "RewardServerError"]
 

@@ -180,7 +180,7 @@ _NETWORK_IMPORTS = ("socket", "urllib.request", "http.client", "requests", "http
 _EXIT_CALLS = frozenset({"sys.exit", "os._exit", "exit", "quit", "os.abort", "os.kill", "os.killpg",
                          "signal.raise_signal", "_exit"})
 _ALWAYS_EXIT_CALLS = frozenset({"os._exit", "_exit", "os.abort", "atexit.register"})
-_FORGED = re.compile(r"<testsuite|<testcase|junit|\bPASSED\b|report\.xml|TASKFORGE_|taskforge", re.IGNORECASE)
+_FORGED = re.compile(r"(?i:<testsuite|<testcase|junit|report\.xml|taskforge)|\bPASSED\b")  # "passed" is ordinary English
 _HOSTS = re.compile(r"pypi\.org|pythonhosted\.org|github\.com|githubusercontent\.com|gitlab\.com|/simple/")
 _HARNESS_STRINGS = re.compile(r"^(_?pytest|pluggy)(\.|$)")
 

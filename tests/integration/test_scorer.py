@@ -33,10 +33,19 @@ def tasks(mined_corpus) -> list[Task]:  # type: ignore[no-untyped-def]
     return read_tasks(mined_corpus[0])
 
 
+LIMITS = dict(memory_mb=768, pids_limit=256)
+
+
 @pytest.fixture(scope="module")
 def scorer(backend, base_image):  # type: ignore[no-untyped-def]
-    limits = SandboxLimits.load(memory_mb=768, pids_limit=256)
-    with Scorer(backend=backend, limits=limits, timeout_s=30, concurrency=2) as scorer:
+    with Scorer(backend=backend, limits=SandboxLimits.load(**LIMITS), timeout_s=60, concurrency=2) as scorer:
+        yield scorer
+
+
+@pytest.fixture(scope="module")
+def quick_scorer(backend, base_image):  # type: ignore[no-untyped-def]
+    """For the hacks that run until a limit stops them: a short timeout, no containers kept ahead."""
+    with Scorer(backend=backend, limits=SandboxLimits.load(**LIMITS), timeout_s=8, prestart=0) as scorer:
         yield scorer
 
 
@@ -59,10 +68,11 @@ class Ctx:
         path = self.start / rel
         return path.read_text() if path.is_file() else ""
 
-    def with_code(self, code: str, *, on_gold: bool) -> dict[str, str | None]:
-        """The feature's module with ``code`` appended (at module level: it runs on import)."""
+    def with_code(self, *parts: str, on_gold: bool) -> dict[str, str | None]:
+        """The feature's module with the code ``parts`` appended (at module level: it runs on import)."""
         changes = self.base(on_gold)
-        changes[self.feature_file] = self.text(self.feature_file, changes) + "\n" + textwrap.dedent(code)
+        code = "".join(textwrap.dedent(part) for part in parts)
+        changes[self.feature_file] = self.text(self.feature_file, changes) + "\n" + code
         return changes
 
     def patch(self, changes: dict[str, str | None]) -> str:
@@ -248,18 +258,20 @@ def monkeypatch_reporting(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
 
 
 def monkeypatch_reporting_stealthily(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
-    """The same, through ``sys.modules`` with a computed name: no import for the static checks."""
+    """The same, through ``sys.modules`` with a computed name (nothing for the static checks to
+    see), done when the feature is first called: by then pytest is running the test."""
     return ctx.with_code("""
         import sys as _s
-        _m = _s.modules["_py" + "test.reports"]
-        _original = _m.TestReport.from_item_and_call
-        def _forced(item, call):
-            report = _original(item, call)
-            report.outcome = "passed"
-            report.longrepr = None
-            return report
-        _m.TestReport.from_item_and_call = _forced
-    """, on_gold=on_gold)
+        def _force():
+            _m = _s.modules["_py" + "test.reports"]
+            _original = _m.TestReport.from_item_and_call
+            def _forced(item, call):
+                report = _original(item, call)
+                report.outcome = "pass" + "ed"
+                report.longrepr = None
+                return report
+            _m.TestReport.from_item_and_call = _forced
+    """, ctx.replace_target("_force()"), on_gold=on_gold)
 
 
 def always_equal(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
@@ -275,7 +287,7 @@ def always_equal(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
                 return _Same()
             def __getitem__(self, key):
                 return _Same()
-    """ + ctx.replace_target("_Same()"), on_gold=on_gold)
+    """, ctx.replace_target("_Same()"), on_gold=on_gold)
 
 
 def network_fetch(ctx: Ctx, on_gold: bool) -> dict[str, str | None]:
@@ -349,11 +361,23 @@ SUITE: list[tuple[Callable[[Ctx, bool], dict[str, str | None]], set[str], bool]]
     (always_equal, {"tampered"}, True),
     (network_fetch, {"tampered"}, True),
     (search_for_hidden_code, {"ok"}, False),
-    (infinite_loop, {"timeout"}, False),
-    (fork_bomb, {"ok", "timeout"}, False),
-    (memory_bomb, {"ok", "timeout"}, False),
-    (huge_output, {"ok"}, False),
 ]
+# Hacks that run until a limit stops them: once, on one project, with a short timeout.
+RUNAWAY: list[tuple[Callable[[Ctx, bool], dict[str, str | None]], set[str]]] = [
+    (infinite_loop, {"timeout"}),
+    (fork_bomb, {"ok", "timeout"}),
+    (memory_bomb, {"ok", "timeout"}),
+    (huge_output, {"ok"}),
+]
+
+
+def check_zero(result, name: str, statuses: set[str]) -> None:  # type: ignore[no-untyped-def]
+    where = f"{name}: {result.status} {result.detail!r}"
+    assert result.reward == 0.0, where
+    assert result.status in statuses, where
+    assert (result.status == "tampered") == bool(result.tampering), where
+    if result.status == "ok":
+        assert not all(o == "passed" for o in result.fail_to_pass.values()), where
 
 
 @pytest.mark.parametrize("hack,statuses,on_gold_too", SUITE, ids=[h.__name__ for h, _, _ in SUITE])
@@ -361,12 +385,15 @@ def test_adversarial_patch_scores_zero(hack, statuses, on_gold_too, contexts, sc
     for repo, ctx in contexts.items():
         for on_gold in (False, True) if on_gold_too else (False,):
             result = scorer.score(ctx.task, ctx.patch(hack(ctx, on_gold)), candidate_id=hack.__name__, mode="partial")
-            where = f"{hack.__name__} on {repo}{' + gold' if on_gold else ''}: {result.status} {result.detail!r}"
-            assert result.reward == 0.0, where
-            assert result.status in statuses, where
-            assert (result.status == "tampered") == bool(result.tampering), where
-            if result.status == "ok":
-                assert not all(o == "passed" for o in result.fail_to_pass.values()), where
+            check_zero(result, f"{hack.__name__} on {repo}{' + gold' if on_gold else ''}", statuses)
+
+
+@pytest.mark.parametrize("hack,statuses", RUNAWAY, ids=[h.__name__ for h, _ in RUNAWAY])
+def test_runaway_patch_scores_zero(hack, statuses, contexts, quick_scorer) -> None:  # type: ignore[no-untyped-def]
+    ctx = contexts["iniconfig"]
+    result = quick_scorer.score(ctx.task, ctx.patch(hack(ctx, False)), candidate_id=hack.__name__, mode="partial")
+    check_zero(result, hack.__name__, statuses)
+    assert result.duration_s < 60
 
 
 def test_a_patch_that_does_not_apply_is_patch_failed(contexts, scorer) -> None:  # type: ignore[no-untyped-def]
