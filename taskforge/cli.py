@@ -83,105 +83,98 @@ def test_command(source: str, runs: int, as_json: bool, timeout_s: float) -> Non
 
 
 @main.command("mine")
-@click.argument("sources", nargs=-1, required=True)
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Dataset folder for the task shards.")
-@click.option("--max-tasks", default=10, show_default=True, type=click.IntRange(1), help="Valid tasks per repository.")
-@click.option("--strategies", default="body,symbol,module", show_default=True, help="Comma-separated removal strategies.")
-@click.option("--keep-flagged", is_flag=True, help="Keep tasks whose leak audit found remnants (marked in the audit column) instead of rejecting them.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed for the candidate ranking.")
+@click.argument("sources", nargs=-1)
+@click.option("--recipe", "recipe_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A mining recipe (recipes/*.toml): sources, limits, sandbox and Ray settings.")
+@click.option("--out", "out_dir", help="Dataset folder or pyarrow filesystem URI for the task shards (overrides the recipe's).")
+@click.option("--address", help="Ray: local (an embedded Ray, the default with --recipe), auto, ray://HOST:PORT, "
+              "or inline (no Ray: one repository after another in this process, the default without --recipe).")
+@click.option("--max-tasks", type=click.IntRange(1), help="Valid tasks per repository [default: 10].")
+@click.option("--strategies", help="Comma-separated removal strategies [default: body,symbol,module].")
+@click.option("--keep-flagged", is_flag=True, default=None, help="Keep tasks whose leak audit found remnants (marked in the audit column) instead of rejecting them.")
+@click.option("--seed", type=int, help="Seed for the candidate ranking [default: 0].")
 @_one_line_errors
-def mine_command(sources: tuple[str, ...], out_dir: Path, max_tasks: int, strategies: str, keep_flagged: bool, seed: int) -> None:
-    """Mine feature-removal tasks from each SOURCE into the dataset folder OUT.
+def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: str | None, address: str | None,
+                 max_tasks: int | None, strategies: str | None, keep_flagged: bool | None, seed: int | None) -> None:
+    """Mine feature-removal tasks from each SOURCE (or the recipe's sources) into a dataset.
 
-    OUT gets one shard per repository and a manifest (taskforge.datasets). Running again with the
-    same options resumes: sources already mined are skipped, and no task is written twice. A
-    repository that fails is recorded with its reason (in OUT/mine-summary.json) and the run goes
-    on. Exit status 1 means every repository tried failed.
+    The dataset gets one shard per repository, written as soon as the repository finishes, and a
+    manifest (taskforge.datasets). Running again with the same options resumes: sources already
+    mined are skipped, and no task is written twice. A repository that fails is recorded with its
+    reason (in mine-summary.json) and the run goes on. Exit status 1 means every repository tried
+    failed.
     """
-    from collections import Counter
-    from dataclasses import asdict
+    from taskforge.recipe import load_recipe, recipe_from_dict
+    from taskforge.runner import RepoOutcome, RunSummary, inline_executor, run_mining
+
+    try:
+        if recipe_path is not None:
+            recipe = load_recipe(recipe_path)
+            if sources:
+                raise click.UsageError("give either SOURCES or --recipe, not both")
+        else:
+            if not sources:
+                raise click.UsageError("give SOURCES or --recipe")
+            if out_dir is None:
+                raise click.UsageError("--out is required without --recipe")
+            recipe = recipe_from_dict({"out": out_dir, "sources": list(sources), "ray": {"address": "inline"}})
+        table = recipe.to_dict()
+        if out_dir is not None:
+            table["out"] = out_dir
+        if address is not None:
+            table["ray"]["address"] = address
+        overrides = {"max_tasks": max_tasks, "seed": seed, "keep_flagged": keep_flagged}
+        table["mine"].update({k: v for k, v in overrides.items() if v is not None})
+        candidates = table["mine"].pop("candidates")
+        if strategies is not None:
+            candidates["strategies"] = [s.strip() for s in strategies.split(",") if s.strip()]
+        recipe = recipe_from_dict({**table, "candidates": candidates})
+        recipe.name = table["name"]
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from err
 
     from tqdm import tqdm
 
-    from taskforge.baseimage import current_base
-    from taskforge.candidates import CandidateConfig
-    from taskforge.datasets import TASKS, DatasetWriter, run_versions
-    from taskforge.datasets.manifest import write_atomic
-    from taskforge.mine import MineConfig, RepoResult, mine_repository
-    from taskforge.sandbox import open_backend
+    if recipe.ray.address == "inline":
+        bars: dict[str, tqdm] = {}  # type: ignore[type-arg]
 
-    try:
-        config = MineConfig(
-            max_tasks=max_tasks,
-            seed=seed,
-            keep_flagged=keep_flagged,
-            candidates=CandidateConfig(strategies=tuple(s.strip() for s in strategies.split(",") if s.strip())),  # type: ignore[misc]
-        )
-    except ValueError as err:
-        raise click.BadParameter(str(err)) from err
-    backend = open_backend("docker")
-    base = current_base(backend)
-    versions = run_versions(base_image=base.tag, base_image_id=base.image_id, base_origin=base.origin)
-    totals: Counter[str] = Counter()
-    stage_s: Counter[str] = Counter()
-    failures: dict[str, str] = {}
-    pending = list(dict.fromkeys(sources))
-    with DatasetWriter(out_dir, kind=TASKS, recipe={"command": "mine", "config": asdict(config)},
-                       versions=versions) as writer:
-        for name in writer.adopted:
-            _status(f"adopted {name}, which an interrupted run had written")
-        for source in [s for s in pending if s in writer.done]:
-            _status(f"{source}: already mined into {out_dir} ({writer.done[source]['tasks']} tasks); skipped")
-        pending = [s for s in pending if s not in writer.done]
-        for source in pending:
-            bar = tqdm(total=config.max_attempts, desc=source, unit="cand", leave=True, file=sys.stderr)
+        def progress(source: str, result: object) -> None:
+            bar = bars.get(source)
+            if bar is None:
+                bar = bars[source] = tqdm(total=recipe.mine.max_attempts, desc=source, unit="cand", leave=True, file=sys.stderr)
+            bar.update(1)
+            bar.set_postfix(tasks=len(result.tasks), rejected=sum(result.rejections.values()))  # type: ignore[attr-defined]
 
-            def progress(result: RepoResult, bar: tqdm = bar) -> None:  # type: ignore[type-arg]
-                bar.update(1)
-                bar.set_postfix(tasks=len(result.tasks), rejected=sum(result.rejections.values()))
+        executor = inline_executor(progress)
+    else:
+        from taskforge.distributed import ray_executor
 
-            try:
-                result = mine_repository(source, config=config, backend=backend, base=base, on_candidate=progress)
-            except TaskforgeError as err:
-                failures[source] = f"{err} [{err.reason}]"
-                totals[f"repository_failed:{err.reason}"] += 1
-                bar.close()
-                continue
+        executor = ray_executor()
+    overall = tqdm(total=len(recipe.sources), desc="repositories", unit="repo", file=sys.stderr,
+                   disable=recipe.ray.address == "inline")
+
+    def finished(outcome: RepoOutcome, summary: RunSummary) -> None:
+        for bar in (bars.values() if recipe.ray.address == "inline" else ()):
             bar.close()
-            summary = {
-                "source": source, "candidates": result.candidates, "attempted": result.attempted,
-                "tasks": len(result.tasks), "rejections": dict(result.rejections),
-                "strategies": dict(Counter(t.strategy for t in result.tasks)),
-                "stage_s": {k: round(v, 2) for k, v in result.stage_s.items()}, "runs": result.runs,
-            }
-            prefix = (f"tasks-{result.tasks[0].repo}-{result.tasks[0].source_commit[:12]}-s{seed}" if result.tasks
-                      else "tasks-none")
-            written = writer.write((t.to_row() for t in result.tasks), prefix=prefix, done={source: summary})
-            if written.skipped:
-                _status(f"{source}: {written.skipped} task(s) already in {out_dir}; skipped")
-            totals["candidates"] += result.candidates
-            totals["attempted"] += result.attempted
-            totals["tasks"] += written.written
-            stage_s.update(result.stage_s)
-            for reason, count in result.rejections.items():
-                totals[f"rejected:{reason}"] += count
-        mined = list(writer.done.values())
-        rows = writer.manifest.rows
-    # The summary covers every source the folder holds, whichever run mined it.
-    write_atomic(out_dir / "mine-summary.json", json.dumps(
-        {"repositories": mined, "failures": failures,
-         "totals": {"tasks": rows, "repositories": len(mined), "failed": len(failures)},
-         "this_run": {"totals": dict(totals), "stage_s": {k: round(v, 2) for k, v in stage_s.items()}}},
-        indent=2).encode())
+        overall.update(1)
+        rejected = sum(v for k, v in summary.totals.items() if k.startswith("rejected:"))
+        overall.set_postfix(tasks=summary.totals["tasks"], rejected=rejected, failed=len(summary.failures))
+        if outcome.failure:
+            overall.write(f"failed {outcome.source}: {outcome.failure}", file=sys.stderr)
+
+    summary = run_mining(recipe, executor, on_outcome=finished, status=_status)
+    overall.update(len(summary.skipped))
+    overall.close()
+    totals = summary.totals
     click.echo(f"candidates {totals['candidates']}, validated {totals['attempted']}, valid tasks {totals['tasks']}"
-               f" ({rows} in {out_dir})")
+               f" ({summary.rows} in {recipe.out})")
     for key, count in sorted(totals.items()):
         if key.startswith("rejected:"):
             click.echo(f"  rejected {key.removeprefix('rejected:')}: {count}")
-    for source, reason in failures.items():
+    for source, reason in summary.failures.items():
         click.echo(f"  failed {source}: {reason}")
-    click.echo("time per stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(stage_s.items(), key=lambda kv: -kv[1])))
-    if pending and len(failures) == len(pending):
+    click.echo("time per stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(summary.stage_s.items(), key=lambda kv: -kv[1])))
+    if summary.pending and len(summary.failures) == len(summary.pending):
         sys.exit(1)  # nothing was mined at all
 
 
