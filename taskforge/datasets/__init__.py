@@ -11,6 +11,9 @@ resumably. Rewards for a task folder live in its ``rewards/`` subfolder. ``stats
 folder (``taskforge inspect``), ``export`` writes SWE-bench JSONL and Hugging Face dataset folders
 (``taskforge export``), and ``images`` builds and audits one image per task.
 
+A dataset may also live at a pyarrow filesystem URI (``s3://bucket/tasks``): the readers take the
+URI, and ``remote.RemoteDataset`` mirrors a local staging folder, which the writer writes, to it.
+
 Nothing heavy is imported here: pyarrow and the optional readers are imported inside functions.
 See ``datasets/SCHEMA.md`` for every column and the manifest's format.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from taskforge.datasets.manifest import MANIFEST, Manifest, ShardInfo, read_manifest
 from taskforge.datasets.reader import open, read_rows, read_tasks, shard_files, verify
+from taskforge.datasets.remote import RemoteDataset, is_uri, staging_dir
 from taskforge.datasets.schema import (
     REWARDS,
     TASKS,
@@ -40,9 +44,11 @@ __all__ = [
     "DatasetKind",
     "DatasetWriter",
     "Manifest",
+    "RemoteDataset",
     "ShardInfo",
     "WriteResult",
     "WriterConfig",
+    "is_uri",
     "open",
     "read_manifest",
     "read_rows",
@@ -50,6 +56,7 @@ __all__ = [
     "reward_schema",
     "run_versions",
     "shard_files",
+    "staging_dir",
     "task_schema",
     "verify",
 ]

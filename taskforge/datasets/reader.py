@@ -7,6 +7,12 @@ that each has the listed size, sha256, row count and schema; any difference rais
 :func:`open` returns a ``pyarrow.dataset.Dataset`` of a verified folder; :func:`shard_files` gives
 its shard paths for other readers (``datasets.load_dataset("parquet", data_files=...)``, DuckDB's
 ``read_parquet``, Ray Data's ``read_parquet``).
+
+:func:`open`, :func:`read_rows` and :func:`read_tasks` also take a pyarrow filesystem URI
+(``s3://bucket/tasks``, ``file:///srv/tasks``; see ``remote``). There the manifest is the whole
+truth: each listed shard must be present with its size, row count and schema (and sha256, which
+means reading it, when ``digests`` is true), and files it does not list are ignored, since a push
+cut short may leave shards in place before the manifest that lists them.
 """
 
 from __future__ import annotations
@@ -15,12 +21,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskforge.datasets.manifest import Manifest, read_manifest, sha256_file
+from taskforge.datasets.remote import (
+    is_uri,
+    open_uri,
+    read_remote_manifest,
+    sha256_remote,
+)
 from taskforge.datasets.schema import DatasetKind, get_kind
 from taskforge.errors import TaskforgeError
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
 
     from taskforge.mine import Task
 
@@ -37,15 +50,16 @@ def _same_columns(actual: pa.Schema, expected: pa.Schema) -> bool:
     return [(f.name, f.type) for f in actual] == [(f.name, f.type) for f in expected]
 
 
-def check_shard_file(path: Path, kind: DatasetKind, *, rows: int | None = None) -> int:
-    """Check that ``path`` is a readable shard of ``kind`` (its footer, schema and version, and
-    ``rows`` if given); returns its row count."""
+def check_shard_file(path: Path | str, kind: DatasetKind, *, rows: int | None = None,
+                     filesystem: pafs.FileSystem | None = None) -> int:
+    """Check that ``path`` (in ``filesystem``, if given) is a readable shard of ``kind`` (its
+    footer, schema and version, and ``rows`` if given); returns its row count."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        meta = pq.read_metadata(path)
-        schema = pq.read_schema(path)
+        meta = pq.read_metadata(path, filesystem=filesystem)
+        schema = pq.read_schema(path, filesystem=filesystem)
     except (pa.ArrowException, OSError) as err:
         raise TaskforgeError(f"shard {path} is unreadable: {err}", reason="corrupt_shard") from err
     expected = kind.schema()
@@ -68,10 +82,7 @@ def verify(directory: Path, *, digests: bool = True) -> Manifest:
     ``digests=False`` skips hashing the shards (their size, footer and schema are still checked).
     """
     manifest = read_manifest(directory)
-    kind = get_kind(manifest.kind)
-    if manifest.schema_version != kind.version:
-        raise TaskforgeError(f"{directory} holds {kind.name} schema version {manifest.schema_version}; this taskforge "
-                             f"reads version {kind.version}", reason="schema_version")
+    _readable_kind(directory, manifest)
     check_listed(directory, manifest, digests=digests)
     listed = {s.name for s in manifest.shards}
     for path in visible_shards(directory):
@@ -81,6 +92,14 @@ def verify(directory: Path, *, digests: bool = True) -> Manifest:
                 "was in place (run the same command again to resume; it adopts the shard), or the file was "
                 "copied in (remove it)", reason="unlisted_shard")
     return manifest
+
+
+def _readable_kind(where: Path | str, manifest: Manifest) -> DatasetKind:
+    kind = get_kind(manifest.kind)
+    if manifest.schema_version != kind.version:
+        raise TaskforgeError(f"{where} holds {kind.name} schema version {manifest.schema_version}; this taskforge "
+                             f"reads version {kind.version}", reason="schema_version")
+    return kind
 
 
 def check_listed(directory: Path, manifest: Manifest, *, digests: bool = True) -> None:
@@ -105,37 +124,75 @@ def shard_files(directory: Path, *, digests: bool = True) -> list[Path]:
     return [directory / s.name for s in verify(directory, digests=digests).shards]
 
 
-def open(directory: Path | str, *, digests: bool = True) -> pads.Dataset:
-    """A ``pyarrow.dataset.Dataset`` of the folder's rows, after :func:`verify`."""
+def _remote_manifest(uri: str) -> tuple[pafs.FileSystem, str, Manifest]:
+    filesystem, root = open_uri(uri)
+    manifest = read_remote_manifest(filesystem, root, where=uri.rstrip("/"))
+    if manifest is None:
+        raise TaskforgeError(f"{uri} has no manifest.json: it is not a taskforge dataset", reason="no_manifest")
+    return filesystem, root, manifest
+
+
+def _verify_uri(uri: str, *, digests: bool) -> tuple[pafs.FileSystem, list[str], Manifest]:
+    """Check the remote dataset's listed shards (see the module docstring); returns the
+    filesystem, the shards' paths in it, and the manifest."""
+    import pyarrow.fs as pafs
+
+    filesystem, root, manifest = _remote_manifest(uri)
+    kind = _readable_kind(uri, manifest)
+    listing = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    sizes = {info.base_name: info.size for info in listing if info.type == pafs.FileType.File}
+    paths = []
+    for shard in manifest.shards:
+        path, where = f"{root}/{shard.name}", f"{uri.rstrip('/')}/{shard.name}"
+        if shard.name not in sizes:
+            raise TaskforgeError(f"shard {where} is listed in the manifest but missing", reason="missing_shard")
+        size = sizes[shard.name]
+        if size != shard.bytes or (digests and sha256_remote(filesystem, path)[0] != shard.sha256):
+            what = f"{size} bytes, not {shard.bytes}" if size != shard.bytes else "its sha256 differs"
+            raise TaskforgeError(f"shard {where} does not match the manifest ({what}): it is corrupt",
+                                 reason="corrupt_shard")
+        check_shard_file(path, kind, rows=shard.rows, filesystem=filesystem)
+        paths.append(path)
+    return filesystem, paths, manifest
+
+
+def _verified(target: Path | str, *, digests: bool) -> tuple[pafs.FileSystem | None, list[str], Manifest]:
+    if is_uri(target):
+        return _verify_uri(str(target), digests=digests)
+    directory = Path(target)
+    manifest = verify(directory, digests=digests)
+    return None, [str(directory / s.name) for s in manifest.shards], manifest
+
+
+def open(target: Path | str, *, digests: bool = True) -> pads.Dataset:
+    """A ``pyarrow.dataset.Dataset`` of the folder's (or URI's) rows, after :func:`verify`."""
     import pyarrow.dataset as pads
 
-    directory = Path(directory)
-    manifest = verify(directory, digests=digests)
+    filesystem, paths, manifest = _verified(target, digests=digests)
     schema = get_kind(manifest.kind).schema()
-    return pads.dataset([str(directory / s.name) for s in manifest.shards], schema=schema, format="parquet")
+    return pads.dataset(paths, schema=schema, format="parquet", filesystem=filesystem)
 
 
-def read_rows(directory: Path | str, *, digests: bool = True) -> list[dict[str, Any]]:
-    """Every row of the folder as a dict, shard by shard in manifest order, after :func:`verify`."""
+def read_rows(target: Path | str, *, digests: bool = True) -> list[dict[str, Any]]:
+    """Every row of the folder (or URI) as a dict, shard by shard in manifest order, after :func:`verify`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    directory = Path(directory)
+    filesystem, paths, _ = _verified(target, digests=digests)
     rows: list[dict[str, Any]] = []
-    for path in shard_files(directory, digests=digests):
+    for path in paths:
         try:
-            rows += pq.read_table(path).to_pylist()
+            rows += pq.read_table(path, filesystem=filesystem).to_pylist()
         except (pa.ArrowException, OSError) as err:
             raise TaskforgeError(f"shard {path} is unreadable: {err}", reason="corrupt_shard") from err
     return rows
 
 
-def read_tasks(directory: Path | str) -> list[Task]:
-    """Every task of a task folder, in manifest order."""
+def read_tasks(target: Path | str) -> list[Task]:
+    """Every task of a task folder (or URI), in manifest order."""
     from taskforge.mine import Task
 
-    directory = Path(directory)
-    if read_manifest(directory).kind != "tasks":
-        raise TaskforgeError(f"{directory} does not hold task rows", reason="wrong_kind")
-    return [Task.from_row(row) for row in read_rows(directory)]
-
+    manifest = _remote_manifest(str(target))[2] if is_uri(target) else read_manifest(Path(target))
+    if manifest.kind != "tasks":
+        raise TaskforgeError(f"{target} does not hold task rows", reason="wrong_kind")
+    return [Task.from_row(row) for row in read_rows(target)]
