@@ -119,11 +119,9 @@ def run_mining(
     from taskforge.sandbox import open_backend
 
     started = time.monotonic()
-    remote = None
-    if "://" in recipe.out:
-        from taskforge.datasets.remote import RemoteDataset, staging_dir
+    from taskforge.datasets.remote import RemoteDataset, is_uri, staging_dir
 
-        remote = RemoteDataset(recipe.out, staging_dir(recipe.out))
+    remote = RemoteDataset(recipe.out, staging_dir(recipe.out)) if is_uri(recipe.out) else None
     folder = remote.staging if remote is not None else Path(recipe.out)
     if remote is not None:
         pulled = remote.pull(extra=(SUMMARY_FILE,))
