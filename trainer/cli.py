@@ -45,7 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         recipe = load_recipe(args.recipe, args.overrides)
-        check_sources(recipe.data)
+        if recipe.data is not None:
+            check_sources(recipe.data)
     except (ValueError, OSError) as err:
         parser.exit(2, f"taskforge-train: {args.recipe}: {err}\n")
 

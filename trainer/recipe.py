@@ -30,12 +30,14 @@ from trainer.data import ByteTokenizer, DataConfig
 from trainer.model import ModelConfig, config_from_preset
 from trainer.muon_reference import AdamWConfig, MuonConfig
 from trainer.parallel_dims import ParallelDims
+from trainer.rl import RLConfig
 from trainer.train import OptimizerConfig, TrainConfig
 
 __all__ = ["MODES", "LaunchConfig", "Recipe", "apply_overrides", "load_recipe", "recipe_from_dict"]
 
-MODES = ("pretrain",)
-"""Training modes a recipe can name (the RL mode arrives with the RL trainer)."""
+MODES = ("pretrain", "rl")
+"""Training modes a recipe can name: continued pretraining (needs [data]) and RL on mined tasks
+(needs [rl]; trainer.rl)."""
 
 _DEVICES = {"cpu": "gloo", "cuda": "nccl"}
 
@@ -87,21 +89,38 @@ class Recipe:
     """Name of the preset `model` started from."""
     model: ModelConfig
     """The architecture after overrides."""
-    data: DataConfig
-    """The token stream."""
+    data: DataConfig | None
+    """The token stream (pretrain)."""
     optimizer: OptimizerConfig
     """Muon + AdamW (or AdamW alone) and the learning-rate warmup."""
     train: TrainConfig
     """Steps, dtype, loss terms."""
     checkpoint: CheckpointConfig
     """Checkpoint cadence."""
+    rl: RLConfig | None = None
+    """The RL loop (mode rl)."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if not self.output_dir:
             raise ValueError("output_dir must not be empty")
+        if self.mode == "rl" and self.rl is None:
+            raise ValueError("mode rl needs an [rl] section")
+        if self.mode == "pretrain" and self.data is None:
+            raise ValueError("mode pretrain needs a [data] section")
+        if self.mode == "rl" and self.parallel.cp != 1:
+            raise ValueError("mode rl does not split sequences: parallel.cp must be 1")
         dims, data, model = self.parallel, self.data, self.model
+        if ByteTokenizer.vocab_size > model.vocab_size:
+            raise ValueError(
+                f"model.vocab_size ({model.vocab_size}) is smaller than the tokenizer's"
+                f" ({ByteTokenizer.vocab_size})"
+            )
+        if model.n_experts % dims.ep:
+            raise ValueError(f"parallel.ep ({dims.ep}) must divide model.n_experts ({model.n_experts})")
+        if data is None:
+            return
         if data.seq_len > model.max_seq_len:
             raise ValueError(f"data.seq_len ({data.seq_len}) exceeds model.max_seq_len ({model.max_seq_len})")
         if data.seq_len % dims.cp:
@@ -110,13 +129,6 @@ class Recipe:
             raise ValueError(
                 f"data.global_batch ({data.global_batch}) must be divisible by parallel.dp_replicate"
                 f" ({dims.dp_replicate}) * parallel.dp_shard ({dims.dp_shard}) = {dims.dp}"
-            )
-        if model.n_experts % dims.ep:
-            raise ValueError(f"parallel.ep ({dims.ep}) must divide model.n_experts ({model.n_experts})")
-        if ByteTokenizer.vocab_size > model.vocab_size:
-            raise ValueError(
-                f"model.vocab_size ({model.vocab_size}) is smaller than the tokenizer's"
-                f" ({ByteTokenizer.vocab_size})"
             )
         if self.train.dtype == "bfloat16" and (self.launch.device == "cpu" or dims.world_size == 1):
             # bf16 compute is FSDP2's mixed precision: sharded float32 weights, bf16 all-gathers.
@@ -205,7 +217,7 @@ def _typed(cls: type, table: Any, section: str, **extra: Any) -> Any:
 
 def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
     """Type a raw recipe table (as read from TOML)."""
-    sections = {"launch", "parallel", "model", "data", "optimizer", "train", "checkpoint"}
+    sections = {"launch", "parallel", "model", "data", "optimizer", "train", "checkpoint", "rl"}
     top = {"mode", "seed", "output_dir"}
     unknown = sorted(set(raw) - sections - top)
     if unknown:
@@ -242,10 +254,11 @@ def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
         parallel=parallel,
         model_preset=preset,
         model=model,
-        data=_typed(DataConfig, raw.get("data", {}), "data"),
+        data=_typed(DataConfig, raw["data"], "data") if "data" in raw or raw.get("mode") != "rl" else None,
         optimizer=optimizer,
         train=_typed(TrainConfig, raw.get("train", {}), "train"),
         checkpoint=_typed(CheckpointConfig, raw.get("checkpoint", {}), "checkpoint"),
+        rl=_typed(RLConfig, raw["rl"], "rl") if "rl" in raw else None,
     )
 
 

@@ -278,16 +278,19 @@ def pretrain(recipe: Recipe) -> None:
     else:
         device = torch.device("cpu")
     out = Path(recipe.output_dir)
+    if recipe.data is None:
+        raise ValueError("mode pretrain needs a [data] section")
+    data_config = recipe.data
 
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        first = Path(recipe.data.parquet[0])
-        if recipe.data.build_from and not first.exists():
-            write_code_corpus([Path(p) for p in recipe.data.build_from], first)
+        first = Path(data_config.parquet[0])
+        if data_config.build_from and not first.exists():
+            write_code_corpus([Path(p) for p in data_config.build_from], first)
     if distributed:
         dist.barrier()
 
-    data = PackedSequences(recipe.data, ByteTokenizer(), seed=recipe.seed)
+    data = PackedSequences(data_config, ByteTokenizer(), seed=recipe.seed)
     meshes = dims.build_meshes(device.type) if distributed else None
     compute_dtype = _DTYPES[recipe.train.dtype]
     model = build_model(recipe.model, seed=recipe.seed, device=device, dims=dims, meshes=meshes,
@@ -311,7 +314,7 @@ def pretrain(recipe: Recipe) -> None:
         metrics = _open_metrics(out / "metrics.jsonl", keep_through_step=step)
 
     dp_rank, cp_rank = (meshes.dp_rank, meshes.cp_rank) if meshes is not None else (0, 0)
-    global_tokens = recipe.data.global_batch * recipe.data.seq_len
+    global_tokens = data_config.global_batch * data_config.seq_len
     last = recipe.train.stop_at_step or recipe.train.steps
     try:
         while step < last:
@@ -357,6 +360,10 @@ def run(recipe: Recipe) -> None:
     try:
         if recipe.mode == "pretrain":
             pretrain(recipe)
+        elif recipe.mode == "rl":
+            from trainer.rl import rl_train
+
+            rl_train(recipe)
         else:
             raise ValueError(f"mode {recipe.mode!r} has no trainer")
     finally:
