@@ -130,7 +130,7 @@ class Trajectory:
     submitted: bool = False
     reward: float = 0.0
     reward_status: str = ""
-    """The scorer's status (ok, tampered, ...), or ``budget`` when the episode ran out."""
+    """The scorer's status (ok, tampered, ..., or infra_error when no result came); how the episode ended is ``info["ended"]``."""
     info: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

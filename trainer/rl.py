@@ -1,0 +1,381 @@
+"""RL on mined tasks, with targeted textual-feedback KL (``mode = "rl"`` in a training recipe).
+
+One step:
+
+1. **Tasks.** The curriculum (``trainer.curriculum``) picks ``tasks_per_step`` training tasks,
+   mostly ones whose recent solve rate is inside the band; episodes come from task shards through
+   taskforge's reader, split from validation by repository (``trainer.episodes``).
+2. **Rollouts.** ``rollouts_per_task`` episodes per task in the coding environment
+   (``trainer.env``: a sandbox with the task's start state, tools in the chat format of
+   ``trainer.chat``). The policy writes each assistant message by sampling from the model; the
+   episode ends on ``submit`` or when its turns run out, and the scorer (in-process, or the reward
+   server through its client) gives the reward.
+3. **Feedback.** The detectors (``trainer.feedback``) and the reward-hacking monitor
+   (``trainer.monitor``) read every trajectory and emit (turn, hint) pairs.
+4. **Loss.** A clipped group-relative policy gradient over every assistant token of every
+   trajectory (advantage: the reward minus its group's mean, over the group's std), plus
+   ``kl_coef`` times the feedback KL: at each hinted turn, the policy on the context with the hint
+   (the teacher, no gradient) against the policy on the original context (the student), over that
+   turn's tokens only (``trainer.kl``, chunked over the vocabulary).
+5. **Update** with the recipe's optimizer (Muon per head and per expert, AdamW for the rest), then
+   metrics (reward, KL, share of turns with hints, tool error rate, monitor flags, solve rates) to
+   ``metrics.jsonl`` and, with ``tensorboard = true``, to TensorBoard; a checkpoint every
+   ``checkpoint.every`` steps (model, optimizer, RNG, curriculum), which a later launch resumes.
+
+The policy is the trainer's own model with the byte tokenizer; the model config's heads and
+experts are what Muon's per-head and per-expert grouping reads. This mode runs in one process
+(``launch.nproc_per_node = 1``); a data-parallel RL step (each rank its own rollouts, FSDP2
+reducing gradients) is the next step, and the 8-GPU recipe documents the layout it will use.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainer.chat import Message, Trajectory, render_prefix
+from trainer.data import ByteTokenizer
+
+if TYPE_CHECKING:
+    from trainer.model import Transformer
+    from trainer.recipe import Recipe
+
+__all__ = ["Policy", "RLConfig", "grpo_advantages", "rl_train"]
+
+_KL_KINDS = ("reverse", "forward", "jsd")
+
+
+@dataclass(kw_only=True, slots=True)
+class RLConfig:
+    """The RL loop's knobs (``[rl]`` in a training recipe)."""
+
+    tasks: list[str]
+    """Task dataset folders (or URIs) to train on."""
+    validation_fraction: float = 0.0
+    """Share of repositories held out for validation (none of their tasks are trained on)."""
+    tasks_per_step: int = 2
+    rollouts_per_task: int = 2
+    """Episodes per task and step: the group the advantages are relative to."""
+    max_turns: int = 4
+    """Assistant messages per episode."""
+    max_new_tokens: int = 128
+    """Tokens per assistant message."""
+    temperature: float = 1.0
+    clip_eps: float = 0.2
+    """PPO-style ratio clipping of the policy gradient."""
+    ppo_epochs: int = 1
+    """Updates per batch of rollouts (the ratio is 1 in the first)."""
+    kl_coef: float = 0.1
+    """λ: the feedback KL's weight next to the RL objective."""
+    kl_kind: str = "reverse"
+    """reverse (KL(student || teacher), on-policy distillation), forward, or jsd."""
+    kl_chunk_size: int = 1024
+    """Positions per chunk of the chunked KL (the [tokens × vocab] logits never exist whole)."""
+    reward_mode: str = "binary"
+    reward_server: str = ""
+    """URL of a reward server (``taskforge serve``); empty: an in-process scorer."""
+    reward_api_key_env: str = "TASKFORGE_API_KEY"
+    scorer_concurrency: int = 1
+    test_timeout_s: float = 300.0
+    max_observation_chars: int = 2000
+    overlong_chars: int = 1500
+    """The overlong-message detector's limit."""
+    curriculum_low: float = 0.1
+    curriculum_high: float = 0.9
+    curriculum_window: int = 8
+    tensorboard: bool = False
+    memory_mb: int = 2048
+    """Sandbox memory for episodes and scoring."""
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ValueError("rl.tasks must name at least one task dataset")
+        for name in ("tasks_per_step", "rollouts_per_task", "max_turns", "max_new_tokens", "ppo_epochs",
+                     "kl_chunk_size", "scorer_concurrency", "curriculum_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"rl.{name} must be >= 1, got {getattr(self, name)}")
+        if self.kl_kind not in _KL_KINDS:
+            raise ValueError(f"rl.kl_kind must be one of {', '.join(_KL_KINDS)}, got {self.kl_kind!r}")
+        if self.reward_mode not in ("binary", "partial"):
+            raise ValueError(f"rl.reward_mode must be binary or partial, got {self.reward_mode!r}")
+        if not 0 <= self.curriculum_low < self.curriculum_high <= 1:
+            raise ValueError("rl.curriculum_low and curriculum_high must satisfy 0 <= low < high <= 1")
+        if self.kl_coef < 0 or self.clip_eps <= 0 or self.temperature <= 0:
+            raise ValueError("rl.kl_coef must be >= 0, rl.clip_eps and rl.temperature > 0")
+        if not 0 <= self.validation_fraction < 1:
+            raise ValueError("rl.validation_fraction must be in [0, 1)")
+
+
+def grpo_advantages(rewards: Sequence[float], group_size: int, eps: float = 1e-6) -> list[float]:
+    """Each reward minus its group's mean, over the group's std (groups are consecutive)."""
+    out: list[float] = []
+    for start in range(0, len(rewards), group_size):
+        group = list(rewards[start:start + group_size])
+        mean = sum(group) / len(group)
+        std = math.sqrt(sum((r - mean) ** 2 for r in group) / len(group))
+        out += [(r - mean) / (std + eps) for r in group]
+    return out
+
+
+class Policy:
+    """Samples assistant messages from the trainer's model over the byte tokenizer."""
+
+    def __init__(self, model: Transformer, *, max_new_tokens: int, temperature: float, device: torch.device) -> None:
+        self.model = model
+        self.tokenizer = ByteTokenizer()
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.device = device
+        self.context = model.config.max_seq_len
+
+    def encode_prefix(self, text: str) -> list[int]:
+        """BOS and the text's bytes (no EOS: the model continues it), cut from the left to fit."""
+        ids = [self.tokenizer.bos_id, *text.encode("utf-8")]
+        room = self.context - self.max_new_tokens
+        return ids if len(ids) <= room else [self.tokenizer.bos_id, *ids[len(ids) - room + 1:]]
+
+    @torch.no_grad()
+    def generate(self, messages: Sequence[Message], generator: torch.Generator) -> str:
+        """One assistant message: sampled until EOS, the start of another block, or the limit."""
+        ids = self.encode_prefix(render_prefix(messages))
+        out: list[int] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for _ in range(self.max_new_tokens):
+                tokens = torch.tensor([ids + out], device=self.device)
+                logits = self.model(tokens)[0, -1].float()
+                allowed = torch.full_like(logits, float("-inf"))
+                allowed[:256] = 0.0  # bytes, and EOS; never BOS or PAD
+                allowed[self.tokenizer.eos_id] = 0.0
+                logits = logits + allowed
+                probs = torch.softmax(logits / self.temperature, dim=-1)
+                token = int(torch.multinomial(probs.cpu(), 1, generator=generator))
+                if token == self.tokenizer.eos_id:
+                    break
+                out.append(token)
+                if bytes(out[-3:]) == b"\n<|":
+                    out = out[:-3]
+                    break
+        finally:
+            self.model.train(was_training)
+        return bytes(out).decode("utf-8", errors="replace")
+
+
+@dataclass(kw_only=True, slots=True)
+class _Sequence:
+    tokens: list[int]
+    mask: list[bool]
+    """True at positions whose token the policy generated (its assistant messages)."""
+
+
+def trajectory_sequence(trajectory: Trajectory, context: int) -> _Sequence:
+    """The whole conversation as tokens, with the assistant messages marked, cut from the left to
+    ``context`` tokens."""
+    tokenizer = ByteTokenizer()
+    tokens, mask = [tokenizer.bos_id], [False]
+    for message in trajectory.messages:
+        head = f"<|{message.role}|>\n".encode()
+        body = message.content.rstrip("\n").encode("utf-8")
+        tokens += [*head, *body, *b"\n"]
+        generated = message.role == "assistant"
+        mask += [False] * len(head) + [generated] * len(body) + [False]
+    if len(tokens) > context:
+        tokens, mask = tokens[-context:], mask[-context:]
+    return _Sequence(tokens=tokens, mask=mask)
+
+
+def _token_logprobs(model: Transformer, tokens: list[int], device: torch.device) -> torch.Tensor:
+    """log p(token_t | tokens_<t) for t = 1 .. T-1."""
+    ids = torch.tensor([tokens], device=device)
+    logits = model(ids)[0, :-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
+
+
+@dataclass(kw_only=True, slots=True)
+class StepStats:
+    loss: float = 0.0
+    pg_loss: float = 0.0
+    kl: float = 0.0
+    rewards: list[float] = field(default_factory=list)
+    turns: int = 0
+    hinted_turns: int = 0
+    tool_errors: int = 0
+    flags: Counter[str] = field(default_factory=Counter)
+    hints_by_detector: Counter[str] = field(default_factory=Counter)
+    statuses: Counter[str] = field(default_factory=Counter)
+
+
+def rl_train(recipe: Recipe) -> None:
+    """The RL mode: from the latest checkpoint under output_dir if there is one."""
+    from taskforge.sandbox import SandboxLimits, open_backend
+    from trainer.checkpoint import Checkpointer, TrainerState
+    from trainer.curriculum import Curriculum
+    from trainer.env import CodingEnv
+    from trainer.episodes import load_episodes, split_by_repository
+    from trainer.feedback import DETECTORS, detect_all, encode_feedback, make_detector
+    from trainer.kl import feedback_kl_loss
+    from trainer.monitor import as_hints, flag_counts, monitor
+    from trainer.train import (
+        _open_metrics,
+        _write_run_record,
+        build_model,
+        build_optimizer,
+        set_learning_rate,
+    )
+
+    config: RLConfig = recipe.rl  # type: ignore[assignment]
+    if recipe.parallel.world_size != 1:
+        raise ValueError("mode rl runs in one process for now (launch.nproc_per_node = 1); see trainer/rl.py")
+    device = torch.device("cuda", torch.cuda.current_device()) if recipe.launch.device == "cuda" else torch.device("cpu")
+    out = Path(recipe.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    episodes = load_episodes(config.tasks)
+    train_set, validation = split_by_repository(episodes, config.validation_fraction, seed=recipe.seed)
+    if not train_set:
+        raise ValueError(f"no training tasks in {config.tasks}")
+    by_id = {e.instance_id: e for e in train_set}
+    curriculum = Curriculum(sorted(by_id), low=config.curriculum_low, high=config.curriculum_high,
+                            window=config.curriculum_window, seed=recipe.seed)
+
+    model = build_model(recipe.model, seed=recipe.seed, device=device)
+    optimizer = build_optimizer(recipe.optimizer, model, distributed=False)
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
+    torch.manual_seed(recipe.seed)
+    checkpointer = Checkpointer(out / "checkpoints", recipe.checkpoint)
+    step = 0
+    latest = checkpointer.latest_step()
+    if latest is not None:
+        restored = checkpointer.load(latest, model, optimizer, like=TrainerState(step=0, data={"curriculum": ""}))
+        step = restored.step
+        curriculum.load_state_dict(json.loads(restored.data["curriculum"]))
+    _write_run_record(recipe, out, resumed_from=latest)
+    metrics = _open_metrics(out / "metrics.jsonl", keep_through_step=step)
+    writer = None
+    if config.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(out / "tensorboard"))
+
+    policy = Policy(model, max_new_tokens=config.max_new_tokens, temperature=config.temperature, device=device)
+    detectors = [make_detector(name, **({"max_chars": config.overlong_chars} if name == "overlong" else {}))
+                 for name in DETECTORS]
+    backend = open_backend("docker")
+    limits = SandboxLimits.load(memory_mb=config.memory_mb)
+    scorer: Any = None
+    client: Any = None
+    if config.reward_server:
+        import os
+
+        from taskforge.reward_client import RewardClient
+
+        client = RewardClient(config.reward_server, api_key=os.environ.get(config.reward_api_key_env) or None)
+    else:
+        from taskforge.scorer import Scorer
+
+        scorer = Scorer(backend=backend, limits=limits, timeout_s=config.test_timeout_s,
+                        concurrency=config.scorer_concurrency, mode=config.reward_mode)  # type: ignore[arg-type]
+    last = recipe.train.stop_at_step or recipe.train.steps
+    try:
+        while step < last:
+            step += 1
+            started = time.perf_counter()
+            set_learning_rate(optimizer, base_lrs, step=step, warmup_steps=recipe.optimizer.warmup_steps)
+            generator = torch.Generator().manual_seed(recipe.seed * 1_000_003 + step)
+            chosen = curriculum.sample(config.tasks_per_step)
+            trajectories: list[Trajectory] = []
+            for instance_id in chosen:
+                for rollout in range(config.rollouts_per_task):
+                    env = CodingEnv(by_id[instance_id].task, backend=backend, scorer=scorer, reward_client=client,
+                                    limits=limits, max_turns=config.max_turns,
+                                    max_observation_chars=config.max_observation_chars,
+                                    test_timeout_s=config.test_timeout_s,
+                                    candidate_id=f"step{step}-rollout{rollout}")
+                    try:
+                        env.reset()
+                        done = False
+                        while not done:
+                            _, done = env.step(policy.generate(env.trajectory.messages, generator))
+                    finally:
+                        env.close()
+                    trajectories.append(env.trajectory)
+                curriculum.update(instance_id, [t.reward for t in trajectories[-config.rollouts_per_task:]])
+
+            stats = StepStats(rewards=[t.reward for t in trajectories])
+            advantages = grpo_advantages(stats.rewards, config.rollouts_per_task)
+            sequences = [trajectory_sequence(t, policy.context) for t in trajectories]
+            with torch.no_grad():
+                old = [_token_logprobs(model, s.tokens, device) for s in sequences]
+            hints = []
+            for trajectory in trajectories:
+                flags = monitor(trajectory)
+                stats.flags.update(flag_counts(flags))
+                found = detect_all(trajectory, detectors, extra=as_hints(flags))
+                stats.turns += len(trajectory.turns)
+                stats.tool_errors += sum(1 for t in trajectory.turns if t.error)
+                stats.hinted_turns += len({h.turn for h in found})
+                stats.hints_by_detector.update(h.detector for h in found)
+                stats.statuses[trajectory.reward_status or "none"] += 1
+                hints += [(trajectory, hint) for hint in found]
+
+            generated = sum(sum(s.mask[1:]) for s in sequences) or 1
+            for _ in range(config.ppo_epochs):
+                optimizer.zero_grad(set_to_none=True)
+                pg_total = torch.zeros((), device=device)
+                for sequence, before, advantage in zip(sequences, old, advantages, strict=True):
+                    mask = torch.tensor(sequence.mask[1:], device=device)
+                    if not mask.any() or advantage == 0:
+                        continue
+                    now = _token_logprobs(model, sequence.tokens, device)
+                    ratio = torch.exp(now - before)
+                    clipped = torch.clamp(ratio, 1 - config.clip_eps, 1 + config.clip_eps)
+                    objective = torch.minimum(ratio * advantage, clipped * advantage)
+                    term = -(objective * mask).sum() / generated
+                    term.backward()  # type: ignore[no-untyped-call]
+                    pg_total += term.detach()
+                kl_total = torch.zeros((), device=device)
+                if hints:
+                    examples = [encode_feedback(trajectory, hint, max_len=policy.context) for trajectory, hint in hints]
+                    kl = feedback_kl_loss(model, [e.student_tokens for e in examples], [e.teacher_tokens for e in examples],
+                                          [e.student_span for e in examples], [e.teacher_span for e in examples],
+                                          kind=config.kl_kind, chunk_size=config.kl_chunk_size)  # type: ignore[arg-type]
+                    if config.kl_coef:
+                        (config.kl_coef * kl).backward()  # type: ignore[no-untyped-call]
+                    kl_total = kl.detach()
+                optimizer.step()
+            stats.pg_loss, stats.kl = float(pg_total), float(kl_total)
+            stats.loss = stats.pg_loss + config.kl_coef * stats.kl
+            if not math.isfinite(stats.loss):
+                raise FloatingPointError(f"step {step}: the loss is {stats.loss}")
+            line = {
+                "step": step, "loss": stats.loss, "pg_loss": stats.pg_loss, "kl": stats.kl,
+                "reward_mean": sum(stats.rewards) / len(stats.rewards), "rewards": stats.rewards,
+                "hint_fraction": stats.hinted_turns / max(1, stats.turns),
+                "tool_error_rate": stats.tool_errors / max(1, stats.turns), "turns": stats.turns,
+                "hints": dict(stats.hints_by_detector), "monitor_flags": dict(stats.flags),
+                "reward_status": dict(stats.statuses), "tasks": chosen,
+                "solve_rates": curriculum.report(), "lr": optimizer.param_groups[0]["lr"],
+                "step_s": time.perf_counter() - started, "validation_tasks": len(validation),
+            }
+            metrics.write(json.dumps(line) + "\n")
+            if writer is not None:
+                for key in ("loss", "pg_loss", "kl", "reward_mean", "hint_fraction", "tool_error_rate"):
+                    writer.add_scalar(f"rl/{key}", line[key], step)
+            if step % recipe.checkpoint.every == 0 or step == last:
+                checkpointer.save(TrainerState(step=step, data={"curriculum": json.dumps(curriculum.state_dict())}),
+                                  model, optimizer)
+    finally:
+        metrics.close()
+        if writer is not None:
+            writer.close()
+        if scorer is not None:
+            scorer.close()
