@@ -23,9 +23,17 @@ One step:
    ``checkpoint.every`` steps (model, optimizer, RNG, curriculum), which a later launch resumes.
 
 The policy is the trainer's own model with the byte tokenizer; the model config's heads and
-experts are what Muon's per-head and per-expert grouping reads. This mode runs in one process
-(``launch.nproc_per_node = 1``); a data-parallel RL step (each rank its own rollouts, FSDP2
-reducing gradients) is the next step, and the 8-GPU recipe documents the layout it will use.
+experts are what Muon's per-head and per-expert grouping reads.
+
+Several processes (``launch.nproc_per_node > 1``, torchrun) share a step: every rank keeps the
+same curriculum and draws the same tasks, then runs the rollouts of its own share
+(``tasks_per_step`` must divide by the world size). The policy samples from a full replica of
+the weights on each rank (refreshed from the FSDP2 shards after every update); the loss runs on
+the sharded model (the recipe's dense and expert meshes, sharded Muon), with the same number of
+forward passes on every rank (a rank without a hint runs the KL on an empty example weighted 0),
+and FSDP2 averages the gradients. Rewards are gathered so the curricula stay identical. With
+shards, the feedback KL takes the model's full logits of the hinted sequences (the chunked path
+needs the unsharded output weight, so it is the one-process path).
 """
 
 from __future__ import annotations
@@ -200,6 +208,20 @@ def _token_logprobs(model: Transformer, tokens: list[int], device: torch.device)
     return torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
 
 
+def _merge(parts: Sequence[StepStats]) -> StepStats:
+    """Every rank's step statistics as one: losses averaged (as FSDP2 averages the gradients), counts summed."""
+    merged = StepStats(pg_loss=sum(p.pg_loss for p in parts) / len(parts), kl=sum(p.kl for p in parts) / len(parts))
+    for part in parts:
+        merged.rewards += part.rewards
+        merged.turns += part.turns
+        merged.hinted_turns += part.hinted_turns
+        merged.tool_errors += part.tool_errors
+        merged.flags.update(part.flags)
+        merged.hints_by_detector.update(part.hints_by_detector)
+        merged.statuses.update(part.statuses)
+    return merged
+
+
 @dataclass(kw_only=True, slots=True)
 class StepStats:
     loss: float = 0.0
@@ -214,8 +236,35 @@ class StepStats:
     statuses: Counter[str] = field(default_factory=Counter)
 
 
+def _full_logits_kl(model: Transformer, examples: Sequence[Any], kind: str) -> torch.Tensor:
+    """The feedback KL from the model's own forward (full logits of the hinted sequences): the path
+    for a sharded model, whose root forward must run for its parameters to be gathered."""
+    from trainer.kl import _padded, naive_token_kl
+
+    device = model.rope_cos.device
+    with torch.no_grad():
+        teacher = model(_padded([e.teacher_tokens for e in examples]).to(device)).float()
+    student = model(_padded([e.student_tokens for e in examples]).to(device)).float()
+    rows_s = torch.cat([student[i, a - 1:b - 1] for i, (a, b) in enumerate(e.student_span for e in examples)])
+    rows_t = torch.cat([teacher[i, a - 1:b - 1] for i, (a, b) in enumerate(e.teacher_span for e in examples)])
+    return naive_token_kl(rows_s, rows_t, kind=kind).mean()  # type: ignore[arg-type]
+
+
+def _empty_example() -> Any:
+    """A hinted turn whose teacher and student are the same sequence: its KL is 0. A rank without
+    hints runs it so that every rank makes the same forward passes."""
+    from trainer.feedback import FeedbackExample, Hint
+
+    tokenizer = ByteTokenizer()
+    tokens = torch.tensor([tokenizer.bos_id, *b"{}", tokenizer.eos_id])
+    return FeedbackExample(hint=Hint(turn=0, text="", detector="none"), student_tokens=tokens, teacher_tokens=tokens,
+                           student_span=(1, 4), teacher_span=(1, 4))
+
+
 def rl_train(recipe: Recipe) -> None:
     """The RL mode: from the latest checkpoint under output_dir if there is one."""
+    import torch.distributed as dist
+
     from taskforge.sandbox import SandboxLimits, open_backend
     from trainer.checkpoint import Checkpointer, TrainerState
     from trainer.curriculum import Curriculum
@@ -233,11 +282,15 @@ def rl_train(recipe: Recipe) -> None:
     )
 
     config: RLConfig = recipe.rl  # type: ignore[assignment]
-    if recipe.parallel.world_size != 1:
-        raise ValueError("mode rl runs in one process for now (launch.nproc_per_node = 1); see trainer/rl.py")
+    dims = recipe.parallel
+    distributed = dims.world_size > 1
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    if config.tasks_per_step % world:
+        raise ValueError(f"rl.tasks_per_step ({config.tasks_per_step}) must divide by the world size ({world})")
     device = torch.device("cuda", torch.cuda.current_device()) if recipe.launch.device == "cuda" else torch.device("cpu")
     out = Path(recipe.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
 
     episodes = load_episodes(config.tasks)
     train_set, validation = split_by_repository(episodes, config.validation_fraction, seed=recipe.seed)
@@ -247,10 +300,24 @@ def rl_train(recipe: Recipe) -> None:
     curriculum = Curriculum(sorted(by_id), low=config.curriculum_low, high=config.curriculum_high,
                             window=config.curriculum_window, seed=recipe.seed)
 
-    model = build_model(recipe.model, seed=recipe.seed, device=device)
-    optimizer = build_optimizer(recipe.optimizer, model, distributed=False)
+    meshes = dims.build_meshes(device.type) if distributed else None
+    model = build_model(recipe.model, seed=recipe.seed, device=device, dims=dims if distributed else None, meshes=meshes)
+    optimizer = build_optimizer(recipe.optimizer, model, distributed=distributed)
     base_lrs = [group["lr"] for group in optimizer.param_groups]
-    torch.manual_seed(recipe.seed)
+    torch.manual_seed(recipe.seed * 1_000_003 + rank)
+    # The rollouts sample from a full replica; with one process, the model itself.
+    rollout_model = build_model(recipe.model, seed=recipe.seed, device=device) if distributed else model
+
+    def refresh_rollout_model() -> None:
+        if distributed:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+            rollout_model.load_state_dict(full)
+
     checkpointer = Checkpointer(out / "checkpoints", recipe.checkpoint)
     step = 0
     latest = checkpointer.latest_step()
@@ -258,15 +325,18 @@ def rl_train(recipe: Recipe) -> None:
         restored = checkpointer.load(latest, model, optimizer, like=TrainerState(step=0, data={"curriculum": ""}))
         step = restored.step
         curriculum.load_state_dict(json.loads(restored.data["curriculum"]))
-    _write_run_record(recipe, out, resumed_from=latest)
-    metrics = _open_metrics(out / "metrics.jsonl", keep_through_step=step)
+    refresh_rollout_model()
+    metrics = None
+    if rank == 0:
+        _write_run_record(recipe, out, resumed_from=latest)
+        metrics = _open_metrics(out / "metrics.jsonl", keep_through_step=step)
     writer = None
-    if config.tensorboard:
+    if config.tensorboard and rank == 0:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(str(out / "tensorboard"))
 
-    policy = Policy(model, max_new_tokens=config.max_new_tokens, temperature=config.temperature, device=device)
+    policy = Policy(rollout_model, max_new_tokens=config.max_new_tokens, temperature=config.temperature, device=device)
     detectors = [make_detector(name, **({"max_chars": config.overlong_chars} if name == "overlong" else {}))
                  for name in DETECTORS]
     backend = open_backend("docker")
@@ -290,10 +360,11 @@ def rl_train(recipe: Recipe) -> None:
             step += 1
             started = time.perf_counter()
             set_learning_rate(optimizer, base_lrs, step=step, warmup_steps=recipe.optimizer.warmup_steps)
-            generator = torch.Generator().manual_seed(recipe.seed * 1_000_003 + step)
-            chosen = curriculum.sample(config.tasks_per_step)
+            generator = torch.Generator().manual_seed((recipe.seed * 1_000_003 + step) * 131 + rank)
+            chosen = curriculum.sample(config.tasks_per_step)  # the same on every rank
             trajectories: list[Trajectory] = []
-            for instance_id in chosen:
+            results: list[tuple[str, list[float]]] = []
+            for instance_id in chosen[rank::world]:
                 for rollout in range(config.rollouts_per_task):
                     env = CodingEnv(by_id[instance_id].task, backend=backend, scorer=scorer, reward_client=client,
                                     limits=limits, max_turns=config.max_turns,
@@ -308,7 +379,13 @@ def rl_train(recipe: Recipe) -> None:
                     finally:
                         env.close()
                     trajectories.append(env.trajectory)
-                curriculum.update(instance_id, [t.reward for t in trajectories[-config.rollouts_per_task:]])
+                results.append((instance_id, [t.reward for t in trajectories[-config.rollouts_per_task:]]))
+            if distributed:
+                gathered: list[Any] = [None] * world
+                dist.all_gather_object(gathered, results)
+                results = [item for part in gathered for item in part]
+            for instance_id, rewards in results:
+                curriculum.update(instance_id, rewards)
 
             stats = StepStats(rewards=[t.reward for t in trajectories])
             advantages = grpo_advantages(stats.rewards, config.rollouts_per_task)
@@ -333,8 +410,8 @@ def rl_train(recipe: Recipe) -> None:
                 pg_total = torch.zeros((), device=device)
                 for sequence, before, advantage in zip(sequences, old, advantages, strict=True):
                     mask = torch.tensor(sequence.mask[1:], device=device)
-                    if not mask.any() or advantage == 0:
-                        continue
+                    if not distributed and (not mask.any() or advantage == 0):
+                        continue  # nothing to learn; with shards every rank runs every forward
                     now = _token_logprobs(model, sequence.tokens, device)
                     ratio = torch.exp(now - before)
                     clipped = torch.clamp(ratio, 1 - config.clip_eps, 1 + config.clip_eps)
@@ -343,16 +420,28 @@ def rl_train(recipe: Recipe) -> None:
                     term.backward()  # type: ignore[no-untyped-call]
                     pg_total += term.detach()
                 kl_total = torch.zeros((), device=device)
-                if hints:
-                    examples = [encode_feedback(trajectory, hint, max_len=policy.context) for trajectory, hint in hints]
-                    kl = feedback_kl_loss(model, [e.student_tokens for e in examples], [e.teacher_tokens for e in examples],
-                                          [e.student_span for e in examples], [e.teacher_span for e in examples],
-                                          kind=config.kl_kind, chunk_size=config.kl_chunk_size)  # type: ignore[arg-type]
-                    if config.kl_coef:
-                        (config.kl_coef * kl).backward()  # type: ignore[no-untyped-call]
-                    kl_total = kl.detach()
+                examples = [encode_feedback(trajectory, hint, max_len=policy.context) for trajectory, hint in hints]
+                any_hints = torch.tensor([len(examples)], device=device)
+                if distributed:
+                    dist.all_reduce(any_hints, op=dist.ReduceOp.MAX)
+                if int(any_hints):
+                    weight = config.kl_coef if examples else 0.0
+                    if distributed:
+                        kl = _full_logits_kl(model, examples or [_empty_example()], config.kl_kind)
+                    else:
+                        kl = feedback_kl_loss(model, [e.student_tokens for e in examples],
+                                              [e.teacher_tokens for e in examples],
+                                              [e.student_span for e in examples], [e.teacher_span for e in examples],
+                                              kind=config.kl_kind, chunk_size=config.kl_chunk_size)  # type: ignore[arg-type]
+                    (weight * kl).backward()  # type: ignore[no-untyped-call]
+                    kl_total = kl.detach() if examples else kl_total
                 optimizer.step()
+            refresh_rollout_model()
             stats.pg_loss, stats.kl = float(pg_total), float(kl_total)
+            if distributed:
+                parts: list[Any] = [None] * world
+                dist.all_gather_object(parts, stats)
+                stats = _merge(parts)
             stats.loss = stats.pg_loss + config.kl_coef * stats.kl
             if not math.isfinite(stats.loss):
                 raise FloatingPointError(f"step {step}: the loss is {stats.loss}")
@@ -366,7 +455,8 @@ def rl_train(recipe: Recipe) -> None:
                 "solve_rates": curriculum.report(), "lr": optimizer.param_groups[0]["lr"],
                 "step_s": time.perf_counter() - started, "validation_tasks": len(validation),
             }
-            metrics.write(json.dumps(line) + "\n")
+            if metrics is not None:
+                metrics.write(json.dumps(line) + "\n")
             if writer is not None:
                 for key in ("loss", "pg_loss", "kl", "reward_mean", "hint_fraction", "tool_error_rate"):
                     writer.add_scalar(f"rl/{key}", line[key], step)
@@ -374,7 +464,8 @@ def rl_train(recipe: Recipe) -> None:
                 checkpointer.save(TrainerState(step=step, data={"curriculum": json.dumps(curriculum.state_dict())}),
                                   model, optimizer)
     finally:
-        metrics.close()
+        if metrics is not None:
+            metrics.close()
         if writer is not None:
             writer.close()
         if scorer is not None:

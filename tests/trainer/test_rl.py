@@ -61,3 +61,21 @@ def test_two_rl_steps_on_mined_tasks_checkpoint_and_resume(tmp_path, base_image,
         assert set(line["reward_status"]) <= {"ok", "tampered", "timeout", "patch_failed"}
         assert 0 <= line["hint_fraction"] <= 1 and 0 <= line["tool_error_rate"] <= 1
     assert (out / "checkpoints" / "step_000002" / "manifest.json").is_file()
+
+
+@pytest.mark.docker
+def test_an_rl_step_on_two_gloo_processes(tmp_path, base_image, session_cache) -> None:  # type: ignore[no-untyped-def]
+    """Two ranks (dense and expert weights sharded 2 ways): each runs the rollouts of one task,
+    the rewards are gathered, the sharded model takes the step and a checkpoint is written."""
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "trainer.cli", "--recipe", str(ROOT / "recipes/train/tiny-rl-cpu.toml"),
+               "--set", f'output_dir="{out}"', "--set", "train.steps=1", "--set", "model.max_seq_len=1024",
+               "--set", "launch.nproc_per_node=2", "--set", "parallel.dp_shard=2", "--set", "parallel.ep=2",
+               "--set", "rl.max_turns=1", "--set", "rl.max_new_tokens=16", "--set", "rl.tasks_per_step=2",
+               "--set", f'rl.tasks=["{ROOT / "datasets/sample"}"]']
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False,
+                          env={**os.environ, "TASKFORGE_CACHE": str(session_cache)})
+    assert done.returncode == 0, done.stderr[-4000:]
+    (line,) = [json.loads(text) for text in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(line["rewards"]) == 4 and len(set(line["tasks"])) == 2 and math.isfinite(line["loss"])
+    assert (out / "checkpoints" / "step_000001" / "manifest.json").is_file()
