@@ -20,7 +20,10 @@ The request says:
 - ``imports``: modules to import first (before the first run), in one fresh interpreter; those
   that fail are reported;
 - ``pytest``: false to skip pytest (an import check alone);
-- ``nonces``: one per run; each run's JUnit report must carry its own.
+- ``nonces``: one per run; each run's JUnit report must carry its own;
+- ``bytecode_cache``: false for a container that serves one run (the scorer's): then the image's
+  own precompiled bytecode is used and nothing is written, instead of compiling everything again
+  into the cache below.
 
 It prints a JSON list with one object per run: pytest's exit code, the tail of its output, the
 JUnit report, the resource limits the run ran into and, if asked, the coverage map and the modules
@@ -167,8 +170,9 @@ def _run(request, nonce, imports):  # type: ignore[no-untyped-def]
     """One pytest run on the current workspace: its reply."""
     started = time.monotonic()
     env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = PYCACHE
+    if request.get("bytecode_cache", True):
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = PYCACHE
     env.update(request.get("env", {}))
     env["TASKFORGE_NONCE"] = nonce
     import_errors = _import_errors(imports, env)

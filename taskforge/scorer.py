@@ -402,7 +402,8 @@ class Scorer:
             box.close()
             raise
         runner = SuiteRunner(state.start, state.env, backend=self.backend, limits=self.limits, timeout_s=self.timeout_s,
-                             sandbox=box, tool_files={f"{GUARD_MODULE}.py": _GUARD_SOURCE.read_bytes()})
+                             sandbox=box, tool_files={f"{GUARD_MODULE}.py": _GUARD_SOURCE.read_bytes()},
+                             bytecode_cache=False)  # one run per container: the image's bytecode is what is fast
         with runner:  # closing it destroys the container: one scoring each
             return runner.run(
                 changes=prepared.changes,

@@ -232,9 +232,12 @@ class SuiteRunner:
         extra_args: Sequence[str] = (),
         sandbox: Sandbox | None = None,
         tool_files: Mapping[str, bytes] | None = None,
+        bytecode_cache: bool = True,
     ) -> None:
         """``sandbox``: an already started container of ``env.image`` to use first (a pool's);
-        ``tool_files``: more files for /tmp/taskforge/plugin (another pytest plugin)."""
+        ``tool_files``: more files for /tmp/taskforge/plugin (another pytest plugin);
+        ``bytecode_cache``: keep compiled bytecode across runs (a warm container's gain); false for
+        a container that serves a single run, which then uses the image's precompiled bytecode."""
         self.snapshot = snapshot
         self.env = env
         self.backend = backend
@@ -246,6 +249,7 @@ class SuiteRunner:
         self._box: Sandbox | None = sandbox
         self._fresh = sandbox is not None  # a given sandbox has not had the tree put in yet
         self._tool_files = dict(tool_files or {})
+        self.bytecode_cache = bytecode_cache
 
     def __enter__(self) -> SuiteRunner:
         return self
@@ -340,6 +344,7 @@ class SuiteRunner:
             "coverage": [f"{WORKSPACE}/{path}" for path in self.env.package_paths] if coverage else None,
             "imports": list(imports),
             "pytest": pytest,
+            "bytecode_cache": self.bytecode_cache,
         }
         payload = _tar(text_changes)
         started = time.monotonic()
