@@ -76,10 +76,11 @@ def ray_executor(address: str | None = None) -> Executor:
                     try:
                         yield ray.get(ref)
                     except RayError as err:
-                        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+                        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+                        why = " / ".join(dict.fromkeys(lines[:1] + lines[-2:]))[:400] or type(err).__name__
                         yield RepoOutcome(source=source, reason="worker_died",
                                           failure=f"{source}: its worker died {recipe.ray.max_retries + 1} time(s): "
-                                                  f"{type(err).__name__}: {first} [worker_died]")
+                                                  f"{type(err).__name__}: {why} [worker_died]")
         finally:
             if started_here:
                 ray.shutdown()
