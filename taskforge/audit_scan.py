@@ -207,6 +207,47 @@ def _tokens(text: str) -> list[str]:
     return out
 
 
+class _TextCache:
+    """Per-process results for whole texts, keyed by the text itself: the tasks of one repository
+    scan nearly the same start-state files, so each file's tokens and n-gram hashes are computed
+    once. Small texts are not kept (cheap to redo); the total kept is bounded, oldest out first."""
+
+    def __init__(self, limit_chars: int, min_chars: int = 2048) -> None:
+        self.limit_chars = limit_chars
+        self.min_chars = min_chars
+        self.chars = 0
+        self.entries: dict[tuple[str, int], list[Any]] = {}
+
+    def get(self, text: str, n: int) -> list[Any] | None:
+        return self.entries.get((text, n)) if len(text) >= self.min_chars else None
+
+    def put(self, text: str, n: int, value: list[Any]) -> list[Any]:
+        if len(text) < self.min_chars:
+            return value
+        while self.entries and self.chars + len(text) > self.limit_chars:
+            (old, _), _ = next(iter(self.entries.items()))
+            self.chars -= len(old)
+            del self.entries[next(iter(self.entries))]
+        self.entries[(text, n)] = value
+        self.chars += len(text)
+        return value
+
+
+_TEXTS = _TextCache(limit_chars=64 << 20)
+
+
+def _cached_tokens(text: str) -> list[str]:
+    """``_tokens(text)``, from the per-process cache when the text was seen (do not modify it)."""
+    found = _TEXTS.get(text, 0)
+    return found if found is not None else _TEXTS.put(text, 0, _tokens(text))
+
+
+def _cached_ngram_hashes(text: str, tokens: Sequence[str], n: int) -> list[int]:
+    """``ngram_hashes(tokens, n)`` of ``text``'s tokens, cached like them (do not modify it)."""
+    found = _TEXTS.get(text, n)
+    return found if found is not None else _TEXTS.put(text, n, ngram_hashes(tokens, n))
+
+
 @lru_cache(maxsize=1 << 17)
 def _token_value(token: str) -> int:
     digest = hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest()
@@ -614,9 +655,9 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
         task = index.tasks[i]
         if i in ngram_tasks and task.ngrams:
             if tokens is None:
-                tokens = _tokens(text)
+                tokens = _cached_tokens(text)
             if task.n not in hashes:
-                hashes[task.n] = ngram_hashes(tokens, task.n)
+                hashes[task.n] = _cached_ngram_hashes(text, tokens, task.n)
             hits = {h for h in hashes[task.n] if h in task.ngrams}
             if hits:
                 covered: set[int] = set()
@@ -637,7 +678,7 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                 evidence.add(i, ("symbol", name), "name", f"def/class {name}", weight, name)
             if not defined.isdisjoint(task.signatures):
                 if tokens is None:
-                    tokens = _tokens(text)
+                    tokens = _cached_tokens(text)
                 _match_signatures_in_tokens(index, i, tokens, evidence)
         dotted_re = task.dotted_re
         if dotted_re is not None:

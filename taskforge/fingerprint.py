@@ -233,6 +233,17 @@ def _parse(text: str | None) -> ast.Module | None:
         return None
 
 
+@lru_cache(maxsize=64)
+def _analyzed(text: str) -> tuple[ast.Module | None, dict[str, ast.AST], frozenset[int]]:
+    """The tree of ``text``, its definitions and its docstring nodes, once per text and process:
+    the tasks of one repository change the same original files again and again. The trees are
+    shared, so nothing may modify them."""
+    tree = _parse(text)
+    if tree is None:
+        return None, {}, frozenset()
+    return tree, _definitions(tree), frozenset(_docstring_nodes(tree))
+
+
 def _docstring_nodes(tree: ast.Module) -> set[int]:
     ids: set[int] = set()
     for node in ast.walk(tree):
@@ -315,14 +326,13 @@ def _plain_string(value: str) -> bool:
 def _file_loss(path: str, before: str, after: str | None, *, strategy: str, known: set[str]) -> _FileLoss:
     removed = _removed_lines(before, after or "")
     loss = _FileLoss(token_runs=_token_runs(before, removed))
-    tree_before = _parse(before) if path.endswith(_PYTHON_SUFFIXES) else None
+    if not path.endswith(_PYTHON_SUFFIXES):
+        return loss
+    tree_before, defs_before, docstring_ids = _analyzed(before)
     if tree_before is None:
         return loss
-    tree_after = _parse(after)
-    defs_before = _definitions(tree_before)
-    defs_after = _definitions(tree_after) if tree_after is not None else {}
+    _, defs_after = _analyzed(after)[:2] if after is not None else (None, {})
     module = _module_name(path, known)
-    docstring_ids = _docstring_nodes(tree_before)
 
     for qualname, node in defs_before.items():
         if qualname in defs_after:
