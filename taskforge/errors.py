@@ -11,7 +11,8 @@ per-task boundary; nowhere else.
     ├── SandboxError           the sandbox infrastructure failed
     │   └── SandboxUnavailable the container engine is not reachable
     ├── NoTestsError           the repository has no tests to run
-    └── TestRunError           pytest ran but could not produce results (collection errors, crash)
+    ├── TestRunError           pytest ran but could not produce results (collection errors, crash)
+    └── LLMError               an LLM endpoint failed, or its model misbehaved (taskforge.llm)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 __all__ = [
     "DependencyError",
     "EnvironmentBuildError",
+    "LLMError",
     "NoTestsError",
     "SandboxError",
     "SandboxUnavailable",
@@ -66,3 +68,10 @@ class NoTestsError(TaskforgeError):
 class TestRunError(TaskforgeError):
     reason = "test_run_failed"
     __test__ = False  # not a pytest test class, despite the name
+
+
+class LLMError(TaskforgeError):
+    """``reason``: ``llm_timeout``, ``llm_server_error`` (5xx, 429, unreachable), ``llm_request_rejected``
+    (another 4xx), ``llm_malformed_output`` or ``llm_budget_exhausted``."""
+
+    reason = "llm_error"

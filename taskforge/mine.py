@@ -38,6 +38,7 @@ from taskforge.environment import Environment, build_environment
 from taskforge.errors import TaskforgeError, TestRunError
 from taskforge.fingerprint import Fingerprint
 from taskforge.hiding import hide_tests
+from taskforge.llm import LLMConfig
 from taskforge.patches import apply_patch, diff
 from taskforge.removal import Removal, RemovalAgent, load_agent
 from taskforge.sandbox import SandboxBackend, SandboxLimits
@@ -83,6 +84,8 @@ class MineConfig:
     """Removal agent (taskforge.removal.REMOVAL_AGENTS)."""
     writer: str = "template"
     """Problem statement writer (taskforge.statements.STATEMENT_WRITERS)."""
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    """The endpoint and budgets of the ``llm`` agent and writer (recipe: ``[llm]``)."""
     keep_flagged: bool = False
     """Keep tasks whose audit found remnants of the removed code (marked in ``audit``) instead of rejecting them."""
     candidates: CandidateConfig = field(default_factory=CandidateConfig)
@@ -93,6 +96,8 @@ class MineConfig:
                 raise ValueError(f"MineConfig.{name} must be at least 1, got {getattr(self, name)}")
         if self.timeout_s <= 0:
             raise ValueError(f"MineConfig.timeout_s must be positive, got {self.timeout_s}")
+        if "llm" in (self.agent, self.writer) and not self.llm.model:
+            raise ValueError("llm.model must name the model when the agent or the writer is llm")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -409,22 +414,24 @@ def _make_task(candidate: Candidate, removal: Removal, checked: _Checked, ctx: _
     test_patch = diff(snapshot.path, start_changes, ctx.scrubbed, paths=is_test_file)
     if apply_patch(snapshot.path, start_changes, patch + test_patch) != ctx.scrubbed:
         return "gold_does_not_restore"
-    writer = load_writer(ctx.config.writer)
+    writer = load_writer(ctx.config.writer, **({"llm": ctx.config.llm} if ctx.config.writer == "llm" else {}))
     module_path = ctx.index.modules.get(candidate.target) or ctx.index.symbols[candidate.target].path
     symbols = [ctx.index.symbols[q] for q in removal.removed if q in ctx.index.symbols]
-    statement = writer.write(
-        StatementContext(
-            repo=snapshot.name,
-            strategy=candidate.strategy,
-            target=candidate.target,
-            module_path=module_path,
-            symbols=removed_symbols(symbols, removal.removed),
-            # The tests coverage tied to the feature say what it does; others may only have
-            # failed because their module imports it.
-            hidden_tests=tuple(t for t in checked.fail_to_pass if t in candidate.tests) or tuple(checked.fail_to_pass),
-            removed_code=removal.removed_code,
-        )
+    context = StatementContext(
+        repo=snapshot.name,
+        strategy=candidate.strategy,
+        target=candidate.target,
+        module_path=module_path,
+        symbols=removed_symbols(symbols, removal.removed),
+        # The tests coverage tied to the feature say what it does; others may only have
+        # failed because their module imports it.
+        hidden_tests=tuple(t for t in checked.fail_to_pass if t in candidate.tests) or tuple(checked.fail_to_pass),
+        removed_code=removal.removed_code,
     )
+    try:
+        statement = writer.write(context)
+    except TaskforgeError as err:  # an LLM writer's endpoint failed, or its model kept quoting the code
+        return err.reason
     if leaked_lines(statement, removal.removed_code):
         return "statement_leaks_code"
     lines_removed = sum(1 for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++"))
@@ -454,7 +461,8 @@ def _make_task(candidate: Candidate, removal: Removal, checked: _Checked, ctx: _
         lines_removed=lines_removed,
         validation=json.dumps(
             {"repeats": ctx.config.repeats, "predicted_tests": len(candidate.tests), "agent": ctx.agent.name,
-             "writer": writer.name, **checked.timings},
+             "writer": writer.name, **checked.timings,
+             **({"agent_trajectory": removal.trajectory} if removal.trajectory is not None else {})},
             sort_keys=True,
         ),
         audit="",  # set by _scrub_and_audit
@@ -543,8 +551,9 @@ def mine_repository(
         env = build_environment(snapshot, backend=backend, base=base)
     with stage("index"):
         index = build_index(snapshot.path, package_paths=env.package_paths)
-    ctx_agent = load_agent(config.agent)
     with SuiteRunner(snapshot, env, backend=backend, limits=limits, timeout_s=config.timeout_s) as runner:
+        # The LLM agent's run_tests tool runs in the warm container too.
+        ctx_agent = load_agent(config.agent, **({"llm": config.llm, "runner": runner} if config.agent == "llm" else {}))
         with stage("baseline"):
             baseline = _baseline(runner, index, config.baseline_runs, result)
         with stage("discover"):

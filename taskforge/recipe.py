@@ -8,6 +8,7 @@
     [candidates]  CandidateConfig  (taskforge.candidates)  strategies, test-count bounds
     [sandbox]     SandboxLimits    (taskforge.sandbox)     overrides of sandboxes/security.toml
     [ray]         RayConfig        (this module)           cluster address, retries, concurrency
+    [llm]         LLMConfig        (taskforge.llm)         endpoint and budgets of [mine] agent/writer = "llm"
 
 A sources file is either a text file with one source per line (``#`` comments) or a TSV with
 ``name`` and ``version`` columns (the corpus list), read as ``pypi:NAME==VERSION``. Unknown keys
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from taskforge.candidates import CandidateConfig
+from taskforge.llm import LLMConfig
 from taskforge.mine import MineConfig
 from taskforge.sandbox import SandboxLimits
 
@@ -77,8 +79,9 @@ class MiningRecipe:
         self.sources = list(dict.fromkeys(self.sources))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "out": self.out, "sources": list(self.sources), "mine": dataclasses.asdict(self.mine),
-                "sandbox": dataclasses.asdict(self.sandbox), "ray": dataclasses.asdict(self.ray)}
+        mine = dataclasses.asdict(self.mine)
+        return {"name": self.name, "out": self.out, "sources": list(self.sources), "mine": mine,
+                "llm": mine.pop("llm"), "sandbox": dataclasses.asdict(self.sandbox), "ray": dataclasses.asdict(self.ray)}
 
     @property
     def repo_cpus(self) -> float:
@@ -104,7 +107,7 @@ def _typed(cls: type, table: Mapping[str, Any], where: str) -> Any:
     return cls(**values)
 
 
-_TOP = {"name", "out", "sources", "sources_file", "mine", "candidates", "sandbox", "ray"}
+_TOP = {"name", "out", "sources", "sources_file", "mine", "candidates", "sandbox", "ray", "llm"}
 
 
 def recipe_from_dict(data: Mapping[str, Any], *, base_dir: Path = Path()) -> MiningRecipe:
@@ -119,7 +122,10 @@ def recipe_from_dict(data: Mapping[str, Any], *, base_dir: Path = Path()) -> Min
         sources += read_sources(base_dir / str(data["sources_file"]))
     candidates = _typed(CandidateConfig, data.get("candidates", {}), "candidates")
     mine_table = dict(data.get("mine", {}))
-    mine = _typed(MineConfig, {**mine_table, "candidates": candidates}, "mine")
+    if "llm" in mine_table:
+        raise ValueError("write the LLM settings as a top-level [llm] table, not under [mine]")
+    llm = _typed(LLMConfig, data.get("llm", {}), "llm")
+    mine = _typed(MineConfig, {**mine_table, "candidates": candidates, "llm": llm}, "mine")
     sandbox_table = dict(data.get("sandbox", {}))
     known = {f.name for f in dataclasses.fields(SandboxLimits)}
     if set(sandbox_table) - known:

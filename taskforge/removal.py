@@ -92,6 +92,9 @@ class Removal:
     removed_code: dict[str, str]
     """Target and helper qualnames (or the module) -> the source text taken out, blank lines at
     either end stripped (for ``body``: the statements after the docstring)."""
+    trajectory: dict[str, object] | None = None
+    """How an LLM agent got there (messages, tool calls, usage), for the task's ``validation``
+    record; None for the deterministic agent."""
 
 
 class RemovalAgent(Protocol):
@@ -102,7 +105,10 @@ class RemovalAgent(Protocol):
     def remove(self, repo: Path, index: SymbolIndex, *, target: str, strategy: Strategy) -> Removal: ...
 
 
-REMOVAL_AGENTS: dict[str, str] = {"libcst": "taskforge.removal:LibcstRemovalAgent"}
+REMOVAL_AGENTS: dict[str, str] = {
+    "libcst": "taskforge.removal:LibcstRemovalAgent",
+    "llm": "taskforge.llm_agent:LLMRemovalAgent",
+}
 """Short name -> ``"module:Class"`` of each removal agent."""
 
 

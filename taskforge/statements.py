@@ -1,7 +1,8 @@
 """Problem statements: what to build, without a line of how it was built.
 
 The default writer fills a template from what the task may reveal: the names and signatures
-the hidden tests need, the docstrings, and the behaviour the hidden tests' names describe.
+the hidden tests need, the docstrings, and the behaviour the hidden tests' names describe. The
+``"llm"`` writer (:mod:`taskforge.llm_statements`) asks a model for a natural statement instead.
 ``leaked_lines`` is the check every statement must pass, whoever wrote it: no non-trivial line of
 the removed implementation may appear in it.
 """
@@ -114,7 +115,10 @@ class TemplateStatementWriter:
         return "\n".join(lines) + "\n"
 
 
-STATEMENT_WRITERS: dict[str, str] = {"template": "taskforge.statements:TemplateStatementWriter"}
+STATEMENT_WRITERS: dict[str, str] = {
+    "template": "taskforge.statements:TemplateStatementWriter",
+    "llm": "taskforge.llm_statements:LLMStatementWriter",
+}
 """Statement writers by short name, as ``module:Class``."""
 
 
@@ -156,13 +160,31 @@ def _non_trivial(line: str) -> bool:
     return len(line) >= 10 and not line.startswith("#") and not _TRIVIAL.match(line)
 
 
+_SQUEEZED_MIN = 20
+"""Shorter lines are matched in code only as written: ``encoding = 'utf-8'`` in a body also reads
+``encoding='utf-8'`` in a signature that a statement may show."""
+_FENCED = re.compile(r"```[^\n]*\n(.*?)(?:```|$)", re.DOTALL)
+_INLINE = re.compile(r"`([^`\n]+)`")
+
+
+def _code_spans(statement: str) -> list[str]:
+    """The code a Markdown statement shows: fenced blocks, then inline spans outside them."""
+    fenced = _FENCED.findall(statement)
+    return [*fenced, *_INLINE.findall(_FENCED.sub("", statement))]
+
+
 def leaked_lines(statement: str, removed_code: Mapping[str, str]) -> list[str]:
-    """Lines of the removed implementation that appear in ``statement``."""
+    """Lines of the removed implementation that appear in ``statement``: anywhere, with runs of
+    whitespace taken as one space; and inside its code (fenced blocks, inline spans) whatever the
+    spacing, for lines of 20 characters or more, since a model that quotes code tends to reformat it
+    (``x=f(a,b)`` for ``x = f(a, b)``)."""
     normalized = " ".join(statement.split())
+    squeezed_code = "\n".join("".join(span.split()) for span in _code_spans(statement))
     leaks = []
     for source in removed_code.values():
         for line in implementation_lines(source):
-            if " ".join(line.split()) in normalized:
+            squeezed = "".join(line.split())
+            if " ".join(line.split()) in normalized or (len(squeezed) >= _SQUEEZED_MIN and squeezed in squeezed_code):
                 leaks.append(line)
     return sorted(set(leaks))
 

@@ -50,3 +50,30 @@ def test_invalid_toml_is_reported(tmp_path: Path) -> None:
     bad.write_text("out = \n")
     with pytest.raises(ValueError, match="not valid TOML"):
         load_recipe(bad)
+
+
+def test_the_llm_table_reaches_the_agent_and_writer_config(tmp_path: Path) -> None:
+    recipe_file = tmp_path / "llm.toml"
+    recipe_file.write_text('out = "o"\nsources = ["pypi:six==1.17.0"]\n[mine]\nagent = "llm"\nwriter = "llm"\n'
+                           '[llm]\nbase_url = "http://gpu-node:8000/v1"\nmodel = "Qwen/Qwen3-32B"\n'
+                           'api_key_env = "VLLM_KEY"\nmax_turns = 12\ninput_cost_per_1m = 0.5\n')
+    recipe = load_recipe(recipe_file)
+    llm = recipe.mine.llm
+    assert (recipe.mine.agent, recipe.mine.writer) == ("llm", "llm")
+    assert (llm.base_url, llm.model, llm.api_key_env, llm.max_turns, llm.input_cost_per_1m) == (
+        "http://gpu-node:8000/v1", "Qwen/Qwen3-32B", "VLLM_KEY", 12, 0.5)
+    table = recipe.to_dict()
+    assert table["llm"]["model"] == "Qwen/Qwen3-32B" and "llm" not in table["mine"]
+    again = recipe_from_dict({**table, "candidates": table["mine"].pop("candidates")})  # as the CLI rebuilds it
+    assert again.mine == recipe.mine
+
+
+@pytest.mark.parametrize("table,message", [
+    ({"mine": {"agent": "llm"}}, "llm.model must name the model"),
+    ({"mine": {"writer": "llm"}, "llm": {"base_url": "gpu-node:8000"}}, "llm.base_url"),
+    ({"llm": {"modle": "x"}}, r"\[llm\]"),
+    ({"mine": {"llm": {"model": "x"}}}, "top-level"),
+])
+def test_bad_llm_settings_name_the_problem(table, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=message):
+        recipe_from_dict({"out": "o", "sources": ["a"], **table})

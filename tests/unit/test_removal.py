@@ -792,11 +792,11 @@ def test_file_framing_is_kept(tmp_path: Path) -> None:
 
 
 def test_load_agent() -> None:
-    assert REMOVAL_AGENTS == {"libcst": "taskforge.removal:LibcstRemovalAgent"}
+    assert REMOVAL_AGENTS == {"libcst": "taskforge.removal:LibcstRemovalAgent", "llm": "taskforge.llm_agent:LLMRemovalAgent"}
     agent = load_agent("libcst")
     assert isinstance(agent, LibcstRemovalAgent) and agent.name == "libcst"
-    with pytest.raises(ValueError, match="unknown removal agent 'llm'; valid names: libcst"):
-        load_agent("llm")
+    with pytest.raises(ValueError, match="unknown removal agent 'gpt'; valid names: libcst, llm"):
+        load_agent("gpt")
 
 
 def test_unknown_strategy(tmp_path: Path) -> None:

@@ -62,5 +62,5 @@ def test_leak_check_catches_a_quoted_body_line_despite_whitespace() -> None:
 
 
 def test_unknown_writer_lists_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="known: template"):
+    with pytest.raises(ValueError, match="known: llm, template"):
         load_writer("gpt")
