@@ -111,6 +111,9 @@ class Recipe:
             raise ValueError("mode pretrain needs a [data] section")
         if self.mode == "rl" and self.parallel.cp != 1:
             raise ValueError("mode rl does not split sequences: parallel.cp must be 1")
+        if self.rl is not None and self.rl.policy == "hf" and self.parallel.world_size != 1:
+            raise ValueError(f"rl.policy hf trains in one process: the world size (launch.nnodes * "
+                             f"launch.nproc_per_node) must be 1, got {self.parallel.world_size}")
         dims, data, model = self.parallel, self.data, self.model
         if ByteTokenizer.vocab_size > model.vocab_size:
             raise ValueError(

@@ -22,8 +22,12 @@ One step:
    ``metrics.jsonl`` and, with ``tensorboard = true``, to TensorBoard; a checkpoint every
    ``checkpoint.every`` steps (model, optimizer, RNG, curriculum), which a later launch resumes.
 
-The policy is the trainer's own model with the byte tokenizer; the model config's heads and
-experts are what Muon's per-head and per-expert grouping reads.
+The policy (``rl.policy``, behind ``trainer.hf_policy.RLPolicy``) is the trainer's own model with
+the byte tokenizer (``"trainer"``: the model config's heads and experts are what Muon's per-head
+and per-expert grouping reads), or a Hugging Face causal LM with its tokenizer (``"hf"``, one
+process: ``trainer.hf_policy``, with Muon's grouping read from the Hugging Face config by
+``trainer.hf_muon``), which samples through ``model.generate`` or, with ``rl.generator =
+"openai"``, through an OpenAI-compatible completions server.
 
 Several processes (``launch.nproc_per_node > 1``, torchrun) share a step: every rank keeps the
 same curriculum and draws the same tasks, then runs the rollouts of its own share
@@ -51,14 +55,19 @@ import torch
 
 from trainer.chat import Message, Trajectory, render_prefix
 from trainer.data import ByteTokenizer
+from trainer.hf_policy import RLPolicy, TokenSequence
 
 if TYPE_CHECKING:
+    from trainer.feedback import Hint
+    from trainer.kl import KLKind
     from trainer.model import Transformer
     from trainer.recipe import Recipe
 
-__all__ = ["Policy", "RLConfig", "grpo_advantages", "rl_train"]
+__all__ = ["Policy", "RLConfig", "TrainerPolicy", "grpo_advantages", "rl_train"]
 
 _KL_KINDS = ("reverse", "forward", "jsd")
+_POLICIES = ("trainer", "hf")
+_GENERATORS = ("local", "openai")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -102,6 +111,28 @@ class RLConfig:
     tensorboard: bool = False
     memory_mb: int = 2048
     """Sandbox memory for episodes and scoring."""
+    policy: str = "trainer"
+    """trainer (the recipe's [model], byte tokenizer) or hf (a Hugging Face causal LM, one process;
+    [model] is then unused)."""
+    hf_model_dir: str = ""
+    """policy hf: a local folder holding a saved model and its tokenizer (``save_pretrained``)."""
+    hf_config: dict[str, Any] = field(default_factory=dict)
+    """policy hf, instead of hf_model_dir: a transformers config (``model_type`` and its fields) for
+    a model with random weights drawn from ``seed``."""
+    hf_tokenizer_dir: str = ""
+    """policy hf: the tokenizer's local folder; empty: hf_model_dir."""
+    generator: str = "local"
+    """Who samples the messages: local (this process; ``model.generate`` for hf) or openai (an
+    OpenAI-compatible completions server serving the hf policy's weights)."""
+    generator_url: str = ""
+    """generator openai: the server's base URL, e.g. http://localhost:8000/v1."""
+    generator_model: str = ""
+    """generator openai: the model name the server serves."""
+    generator_api_key_env: str = "TASKFORGE_GENERATOR_API_KEY"
+    """generator openai: environment variable holding the server's API key (unset: none)."""
+    generator_sync: str = ""
+    """generator openai: "package.module:function" called with the model at the start and after
+    every update, to put the weights on the server; empty: the server keeps its own weights."""
 
     def __post_init__(self) -> None:
         if not self.tasks:
@@ -120,6 +151,19 @@ class RLConfig:
             raise ValueError("rl.kl_coef must be >= 0, rl.clip_eps and rl.temperature > 0")
         if not 0 <= self.validation_fraction < 1:
             raise ValueError("rl.validation_fraction must be in [0, 1)")
+        if self.policy not in _POLICIES:
+            raise ValueError(f"rl.policy must be one of {', '.join(_POLICIES)}, got {self.policy!r}")
+        if self.generator not in _GENERATORS:
+            raise ValueError(f"rl.generator must be one of {', '.join(_GENERATORS)}, got {self.generator!r}")
+        if self.policy == "hf":
+            if bool(self.hf_model_dir) == bool(self.hf_config):
+                raise ValueError("rl.policy hf needs exactly one of rl.hf_model_dir and rl.hf_config")
+            if self.hf_config and not (self.hf_tokenizer_dir and "model_type" in self.hf_config):
+                raise ValueError("rl.hf_config needs a model_type and rl.hf_tokenizer_dir")
+        elif self.generator != "local" or self.hf_model_dir or self.hf_config or self.hf_tokenizer_dir:
+            raise ValueError("rl.generator openai and the rl.hf_* keys need rl.policy hf")
+        if self.generator == "openai" and not (self.generator_url and self.generator_model):
+            raise ValueError("rl.generator openai needs rl.generator_url and rl.generator_model")
 
 
 def grpo_advantages(rewards: Sequence[float], group_size: int, eps: float = 1e-6) -> list[float]:
@@ -178,14 +222,7 @@ class Policy:
         return bytes(out).decode("utf-8", errors="replace")
 
 
-@dataclass(kw_only=True, slots=True)
-class _Sequence:
-    tokens: list[int]
-    mask: list[bool]
-    """True at positions whose token the policy generated (its assistant messages)."""
-
-
-def trajectory_sequence(trajectory: Trajectory, context: int) -> _Sequence:
+def trajectory_sequence(trajectory: Trajectory, context: int) -> TokenSequence:
     """The whole conversation as tokens, with the assistant messages marked, cut from the left to
     ``context`` tokens."""
     tokenizer = ByteTokenizer()
@@ -198,7 +235,7 @@ def trajectory_sequence(trajectory: Trajectory, context: int) -> _Sequence:
         mask += [False] * len(head) + [generated] * len(body) + [False]
     if len(tokens) > context:
         tokens, mask = tokens[-context:], mask[-context:]
-    return _Sequence(tokens=tokens, mask=mask)
+    return TokenSequence(tokens=tokens, mask=mask)
 
 
 def _token_logprobs(model: Transformer, tokens: list[int], device: torch.device) -> torch.Tensor:
@@ -206,6 +243,54 @@ def _token_logprobs(model: Transformer, tokens: list[int], device: torch.device)
     ids = torch.tensor([tokens], device=device)
     logits = model(ids)[0, :-1].float()
     return torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
+
+
+class TrainerPolicy:
+    """The trainer's own model as the RL loop's policy (`trainer.hf_policy.RLPolicy`): messages
+    sampled from `rollout_model` (a full replica with several processes; else `model` itself),
+    log-probs and the feedback KL from `model` (FSDP2-sharded with several processes)."""
+
+    def __init__(self, model: Transformer, rollout_model: Transformer, *, max_new_tokens: int, temperature: float,
+                 device: torch.device, distributed: bool) -> None:
+        self.model = model
+        self.rollout_model = rollout_model
+        self.sampler = Policy(rollout_model, max_new_tokens=max_new_tokens, temperature=temperature, device=device)
+        self.context = self.sampler.context
+        self.device = device
+        self.distributed = distributed
+
+    def generate(self, messages: Sequence[Message], generator: torch.Generator) -> str:
+        return self.sampler.generate(messages, generator)
+
+    def sequence(self, trajectory: Trajectory) -> TokenSequence:
+        return trajectory_sequence(trajectory, self.context)
+
+    def token_logprobs(self, tokens: list[int]) -> torch.Tensor:
+        return _token_logprobs(self.model, tokens, self.device)
+
+    def feedback_kl(self, hinted: Sequence[tuple[Trajectory, Hint]], *, kind: KLKind, chunk_size: int) -> torch.Tensor:
+        """The chunked feedback KL in one process; with shards, the full-logits one, on an empty
+        example when this rank has no hints (the other ranks' forwards need this rank's)."""
+        from trainer.feedback import encode_feedback
+        from trainer.kl import feedback_kl_loss
+
+        examples = [encode_feedback(trajectory, hint, max_len=self.context) for trajectory, hint in hinted]
+        if self.distributed:
+            return _full_logits_kl(self.model, examples or [_empty_example()], kind)
+        return feedback_kl_loss(self.model, [e.student_tokens for e in examples], [e.teacher_tokens for e in examples],
+                                [e.student_span for e in examples], [e.teacher_span for e in examples],
+                                kind=kind, chunk_size=chunk_size)
+
+    def after_update(self) -> None:
+        """With shards, refresh the rollout replica from them."""
+        if self.distributed:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
+            self.rollout_model.load_state_dict(full)
 
 
 def _merge(parts: Sequence[StepStats]) -> StepStats:
@@ -270,8 +355,7 @@ def rl_train(recipe: Recipe) -> None:
     from trainer.curriculum import Curriculum
     from trainer.env import CodingEnv
     from trainer.episodes import load_episodes, split_by_repository
-    from trainer.feedback import DETECTORS, detect_all, encode_feedback, make_detector
-    from trainer.kl import feedback_kl_loss
+    from trainer.feedback import DETECTORS, detect_all, make_detector
     from trainer.monitor import as_hints, flag_counts, monitor
     from trainer.train import (
         _open_metrics,
@@ -300,23 +384,29 @@ def rl_train(recipe: Recipe) -> None:
     curriculum = Curriculum(sorted(by_id), low=config.curriculum_low, high=config.curriculum_high,
                             window=config.curriculum_window, seed=recipe.seed)
 
-    meshes = dims.build_meshes(device.type) if distributed else None
-    model = build_model(recipe.model, seed=recipe.seed, device=device, dims=dims if distributed else None, meshes=meshes)
-    optimizer = build_optimizer(recipe.optimizer, model, distributed=distributed)
+    policy: RLPolicy
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    if config.policy == "hf":
+        from trainer.hf_muon import build_hf_optimizer
+        from trainer.hf_policy import load_hf_policy
+
+        hf_policy = load_hf_policy(config, seed=recipe.seed, device=device)
+        policy, model = hf_policy, hf_policy.model
+        optimizer = build_hf_optimizer(recipe.optimizer, model)
+        torch.manual_seed(recipe.seed * 1_000_003 + rank)
+    else:
+        meshes = dims.build_meshes(device.type) if distributed else None
+        trainer_model = build_model(recipe.model, seed=recipe.seed, device=device,
+                                    dims=dims if distributed else None, meshes=meshes)
+        optimizer = build_optimizer(recipe.optimizer, trainer_model, distributed=distributed)
+        torch.manual_seed(recipe.seed * 1_000_003 + rank)
+        # The rollouts sample from a full replica; with one process, the model itself.
+        rollout_model = build_model(recipe.model, seed=recipe.seed, device=device) if distributed else trainer_model
+        policy = TrainerPolicy(trainer_model, rollout_model, max_new_tokens=config.max_new_tokens,
+                               temperature=config.temperature, device=device, distributed=distributed)
+        model = trainer_model
     base_lrs = [group["lr"] for group in optimizer.param_groups]
-    torch.manual_seed(recipe.seed * 1_000_003 + rank)
-    # The rollouts sample from a full replica; with one process, the model itself.
-    rollout_model = build_model(recipe.model, seed=recipe.seed, device=device) if distributed else model
-
-    def refresh_rollout_model() -> None:
-        if distributed:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_model_state_dict,
-            )
-
-            full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-            rollout_model.load_state_dict(full)
 
     checkpointer = Checkpointer(out / "checkpoints", recipe.checkpoint)
     step = 0
@@ -325,7 +415,7 @@ def rl_train(recipe: Recipe) -> None:
         restored = checkpointer.load(latest, model, optimizer, like=TrainerState(step=0, data={"curriculum": ""}))
         step = restored.step
         curriculum.load_state_dict(json.loads(restored.data["curriculum"]))
-    refresh_rollout_model()
+    policy.after_update()
     metrics = None
     if rank == 0:
         _write_run_record(recipe, out, resumed_from=latest)
@@ -336,7 +426,6 @@ def rl_train(recipe: Recipe) -> None:
 
         writer = SummaryWriter(str(out / "tensorboard"))
 
-    policy = Policy(rollout_model, max_new_tokens=config.max_new_tokens, temperature=config.temperature, device=device)
     detectors = [make_detector(name, **({"max_chars": config.overlong_chars} if name == "overlong" else {}))
                  for name in DETECTORS]
     backend = open_backend("docker")
@@ -389,9 +478,9 @@ def rl_train(recipe: Recipe) -> None:
 
             stats = StepStats(rewards=[t.reward for t in trajectories])
             advantages = grpo_advantages(stats.rewards, config.rollouts_per_task)
-            sequences = [trajectory_sequence(t, policy.context) for t in trajectories]
+            sequences = [policy.sequence(t) for t in trajectories]
             with torch.no_grad():
-                old = [_token_logprobs(model, s.tokens, device) for s in sequences]
+                old = [policy.token_logprobs(s.tokens) for s in sequences]
             hints = []
             for trajectory in trajectories:
                 flags = monitor(trajectory)
@@ -412,7 +501,7 @@ def rl_train(recipe: Recipe) -> None:
                     mask = torch.tensor(sequence.mask[1:], device=device)
                     if not distributed and (not mask.any() or advantage == 0):
                         continue  # nothing to learn; with shards every rank runs every forward
-                    now = _token_logprobs(model, sequence.tokens, device)
+                    now = policy.token_logprobs(sequence.tokens)
                     ratio = torch.exp(now - before)
                     clipped = torch.clamp(ratio, 1 - config.clip_eps, 1 + config.clip_eps)
                     objective = torch.minimum(ratio * advantage, clipped * advantage)
@@ -420,23 +509,17 @@ def rl_train(recipe: Recipe) -> None:
                     term.backward()  # type: ignore[no-untyped-call]
                     pg_total += term.detach()
                 kl_total = torch.zeros((), device=device)
-                examples = [encode_feedback(trajectory, hint, max_len=policy.context) for trajectory, hint in hints]
-                any_hints = torch.tensor([len(examples)], device=device)
+                any_hints = torch.tensor([len(hints)], device=device)
                 if distributed:
                     dist.all_reduce(any_hints, op=dist.ReduceOp.MAX)
                 if int(any_hints):
-                    weight = config.kl_coef if examples else 0.0
-                    if distributed:
-                        kl = _full_logits_kl(model, examples or [_empty_example()], config.kl_kind)
-                    else:
-                        kl = feedback_kl_loss(model, [e.student_tokens for e in examples],
-                                              [e.teacher_tokens for e in examples],
-                                              [e.student_span for e in examples], [e.teacher_span for e in examples],
-                                              kind=config.kl_kind, chunk_size=config.kl_chunk_size)  # type: ignore[arg-type]
+                    weight = config.kl_coef if hints else 0.0
+                    kl = policy.feedback_kl(hints, kind=config.kl_kind,  # type: ignore[arg-type]
+                                            chunk_size=config.kl_chunk_size)
                     (weight * kl).backward()  # type: ignore[no-untyped-call]
-                    kl_total = kl.detach() if examples else kl_total
+                    kl_total = kl.detach() if hints else kl_total
                 optimizer.step()
-            refresh_rollout_model()
+            policy.after_update()
             stats.pg_loss, stats.kl = float(pg_total), float(kl_total)
             if distributed:
                 parts: list[Any] = [None] * world
