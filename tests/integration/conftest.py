@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+SAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "sample"
 MINED_SOURCES = ["pypi:iniconfig==2.3.1", "pypi:addict==2.4.0"]
 
 
@@ -20,6 +21,31 @@ def mined_corpus(tmp_path_factory, session_cache, base_image) -> tuple[Path, str
     proc = subprocess.run(
         [sys.executable, "-m", "taskforge.cli", "mine", *MINED_SOURCES, "--out", str(out), "--max-tasks", "4", "--seed", "1"],
         capture_output=True, text=True, timeout=1800, env={**os.environ, "TASKFORGE_CACHE": str(session_cache)},
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc.stdout
+
+
+@pytest.fixture(scope="session")
+def local_sample(tmp_path_factory, backend, base_image, session_cache):  # type: ignore[no-untyped-def]
+    """A copy of datasets/sample whose image_name is the environment image as this machine builds
+    it (the folder, and that environment)."""
+    from dataclasses import replace
+
+    from taskforge.datasets import (
+        TASKS,
+        DatasetWriter,
+        read_manifest,
+        read_tasks,
+        run_versions,
+    )
+    from taskforge.environment import build_environment
+    from taskforge.sources import fetch
+
+    tasks = read_tasks(SAMPLE)
+    env = build_environment(fetch(tasks[0].source), backend=backend, base=base_image)
+    out = tmp_path_factory.mktemp("sample")
+    with DatasetWriter(out, kind=TASKS, recipe=read_manifest(SAMPLE).recipe, versions=run_versions()) as writer:
+        writer.write((replace(t, image_name=env.image).to_row() for t in tasks), prefix="tasks-sample")
+    return out, env

@@ -15,30 +15,21 @@ from click.testing import CliRunner
 
 from taskforge.cli import main
 from taskforge.datasets import (
-    TASKS,
-    DatasetWriter,
     read_manifest,
     read_tasks,
-    run_versions,
 )
 from taskforge.datasets.images import build_task_image, task_image_tag
-from taskforge.environment import build_environment
 from taskforge.errors import TaskforgeError
-from taskforge.sources import fetch
 
 pytestmark = pytest.mark.docker
 
-SAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "sample"
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory, backend, base_image, session_cache):  # type: ignore[no-untyped-def]
+def folder(local_sample, backend):  # type: ignore[no-untyped-def]
     """The sample, with image_name pointing at the environment image as this machine builds it."""
-    tasks = read_tasks(SAMPLE)
-    env = build_environment(fetch(tasks[0].source), backend=backend, base=base_image)
-    out = tmp_path_factory.mktemp("sample")
-    with DatasetWriter(out, kind=TASKS, recipe=read_manifest(SAMPLE).recipe, versions=run_versions()) as writer:
-        writer.write((replace(t, image_name=env.image).to_row() for t in tasks), prefix="tasks-sample")
+    out, env = local_sample
+    tasks = read_tasks(out)
     tags = [task_image_tag(t, env_image_id=backend.image_id(env.image)) for t in tasks]
     there_before = {tag for tag in tags if backend.image_exists(tag)}
     yield out, env

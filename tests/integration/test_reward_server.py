@@ -13,44 +13,31 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from taskforge.datasets import (
-    TASKS,
-    DatasetWriter,
     read_manifest,
     read_rows,
     read_tasks,
-    run_versions,
 )
-from taskforge.environment import build_environment
 from taskforge.reward_client import RewardClient, RewardServerError
 from taskforge.reward_server import PUBLIC_TASK_FIELDS, RewardServer, ServerConfig
 from taskforge.scorer import Scorer
-from taskforge.sources import fetch
 from taskforge.validate import rebuild_start_state
 
 pytestmark = pytest.mark.docker
 
-SAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "sample"
 KEY = "test-key-7f3a"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 MAX_BODY = 64 * 1024
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory, backend, base_image, session_cache) -> Path:  # type: ignore[no-untyped-def]
-    """A copy of datasets/sample whose image_name is the environment image as this machine builds it."""
-    tasks = read_tasks(SAMPLE)
-    env = build_environment(fetch(tasks[0].source), backend=backend, base=base_image)
-    out = tmp_path_factory.mktemp("sample")
-    with DatasetWriter(out, kind=TASKS, recipe=read_manifest(SAMPLE).recipe, versions=run_versions()) as writer:
-        writer.write((replace(t, image_name=env.image).to_row() for t in tasks), prefix="tasks-sample")
-    return out
+def sample(local_sample) -> Path:  # type: ignore[no-untyped-def]
+    return local_sample[0]
 
 
 @pytest.fixture(scope="module")

@@ -8,36 +8,23 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from taskforge import datasets
 from taskforge.datasets import (
-    TASKS,
-    DatasetWriter,
     read_manifest,
     read_tasks,
-    run_versions,
 )
-from taskforge.environment import build_environment
-from taskforge.sources import fetch
 
 pytestmark = pytest.mark.docker
 
-SAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "sample"
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory, backend, base_image, session_cache) -> Path:  # type: ignore[no-untyped-def]
-    """A copy of datasets/sample whose image_name is the environment image as this machine builds it."""
-    tasks = read_tasks(SAMPLE)
-    env = build_environment(fetch(tasks[0].source), backend=backend, base=base_image)
-    out = tmp_path_factory.mktemp("sample")
-    with DatasetWriter(out, kind=TASKS, recipe=read_manifest(SAMPLE).recipe, versions=run_versions()) as writer:
-        writer.write((replace(t, image_name=env.image).to_row() for t in tasks), prefix="tasks-sample")
-    return out
+def sample(local_sample) -> Path:  # type: ignore[no-untyped-def]
+    return local_sample[0]
 
 
 def _score(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
