@@ -26,11 +26,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.ray]
 SOURCES = ["pypi:iniconfig==2.3.1", "pypi:addict==2.4.0"]
 
 
-def write_recipe(path: Path, out: str) -> Path:
+def write_recipe(path: Path, out: str, max_concurrent: int = 0) -> Path:
     path.write_text(
         f'name = "ray-test"\nout = "{out}"\nsources = {json.dumps(SOURCES)}\n'
         "[mine]\nmax_tasks = 2\nseed = 1\n"
-        "[ray]\naddress = \"local\"\nlocal_cpus = 2\nmax_retries = 2\n"
+        f'[ray]\naddress = "local"\nlocal_cpus = 2\nmax_retries = 2\nmax_concurrent = {max_concurrent}\n'
     )
     return path
 
@@ -100,7 +100,9 @@ def test_a_killed_worker_is_retried_and_nothing_changes(clean_ids, tmp_path, ses
 
 
 def test_a_killed_driver_resumes_to_the_same_dataset(clean_ids, tmp_path, session_cache) -> None:  # type: ignore[no-untyped-def]
-    recipe = write_recipe(tmp_path / "r.toml", str(tmp_path / "out"))
+    # One repository at a time, so the second is always still to come when the first one's shard
+    # lands (two at once on a warm cache can finish within one poll of each other).
+    recipe = write_recipe(tmp_path / "r.toml", str(tmp_path / "out"), max_concurrent=1)
     proc = start(recipe, session_cache)
     manifest = tmp_path / "out" / "manifest.json"
     deadline = time.monotonic() + 600
