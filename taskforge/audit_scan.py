@@ -74,6 +74,7 @@ __all__ = [
     "anchor_word",
     "anchor_words",
     "code_signature_key",
+    "gate_words",
     "is_distinctive",
     "iter_tokens",
     "main",
@@ -302,6 +303,21 @@ def anchor_words(text: str, limit: int = ANCHOR_WORDS) -> tuple[str, ...]:
     return tuple(chosen)
 
 
+def gate_words(text: str, first: str | None = None) -> tuple[str, ...]:
+    """The words a unit must hold, as whole words, for ``text`` to be found in it by the matchers
+    (which want every identifier of a constant, docstring or dotted name among the unit's
+    identifiers): ``first`` if given, else :func:`anchor_words`, then every word of ``text`` split
+    as units are split (:data:`_WORD_TABLE`). Only a leading word that starts with a digit is left
+    out ("3rd" may sit in "13rd"). A unit is looked at closely only if it holds all of them: a
+    constant's longest words alone let through every file that says "source" and "support"."""
+    raw = text.encode("utf-8", "replace")
+    parts = raw.translate(_WORD_TABLE).split()
+    if parts and raw[:1].isdigit():
+        parts = parts[1:]
+    lead = [first] if first else [] if first == "" else list(anchor_words(text))
+    return tuple(dict.fromkeys([*lead, *(word.decode("ascii") for word in parts)]))
+
+
 def normalize_docstring(text: str) -> str:
     """Whitespace collapsed to single spaces: indentation and line breaks do not matter."""
     return " ".join(text.split())
@@ -452,22 +468,23 @@ class _Task:
     def_names: frozenset[str] = frozenset()
     """Names whose ``def``/``class`` is evidence: the bare names and the signatures' names."""
     dotted_re: re.Pattern[str] | None = None
-    dotted_words: tuple[frozenset[str], ...] = ()
+    dotted_words: tuple[frozenset[bytes], ...] = ()
     """For each dotted name and path: the words a text must hold for it to occur there."""
     tests_re: re.Pattern[str] | None = None
-    tests_words: tuple[frozenset[str], ...] = ()
-    constant_words: tuple[frozenset[str], ...] = ()
-    docstring_words: tuple[frozenset[str], ...] = ()
+    tests_words: tuple[frozenset[bytes], ...] = ()
+    constant_words: tuple[frozenset[bytes], ...] = ()
+    docstring_words: tuple[frozenset[bytes], ...] = ()
+    def_words: frozenset[bytes] = frozenset()
+    """``def_names`` as words: a text without any of them has no ``def`` of interest."""
 
 
-_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # Every ``def``/``class`` name of a text, found once per text for all tasks (a per-task alternation
 # of names costs a pass over the text per task, and is slow with many names).
 _DEF_ANY = re.compile(r"(?<![A-Za-z0-9_])(?:def|class)\s+([A-Za-z_][A-Za-z0-9_]*)(?![A-Za-z0-9_])")
 
 
-def _found_by(pattern: re.Pattern[str] | None, needs: Iterable[frozenset[str]], words: set[str], text: str) -> list[str]:
+def _found_by(pattern: re.Pattern[str] | None, needs: Iterable[frozenset[bytes]], words: set[bytes], text: str) -> list[str]:
     """The matches of ``pattern`` (an alternation of items with word boundaries) in ``text``, run
     only when the text holds every word of some item (``needs``; ``words`` are the text's words):
     an alternation of hundreds of items tried at every position of every text is slow."""
@@ -477,7 +494,14 @@ def _found_by(pattern: re.Pattern[str] | None, needs: Iterable[frozenset[str]], 
 
 
 def _boundary_re(patterns: Iterable[str], *, left: bool = True) -> re.Pattern[str] | None:
-    items = sorted(set(patterns), key=len, reverse=True)
+    return _compiled_boundary_re(frozenset(patterns), left)
+
+
+@lru_cache(maxsize=256)
+def _compiled_boundary_re(patterns: frozenset[str], left: bool) -> re.Pattern[str] | None:
+    """One alternation per item set; the host builds the same task's index several times (its
+    fingerprint against the start state, then the start-state scan)."""
+    items = sorted(patterns, key=len, reverse=True)
     if not items:
         return None
     body = "|".join(re.escape(item) for item in items)
@@ -512,12 +536,18 @@ def _build_task(task_id: str, data: Mapping[str, Any]) -> _Task:
     )
     task.def_names = frozenset(bare) | frozenset(signatures)
     task.dotted_re = _boundary_re([*dotted, *task.paths])
-    task.dotted_words = tuple(frozenset(_IDENT_RE.findall(item)) for item in (*dotted, *task.paths))
+    task.dotted_words = tuple(_needs(item) for item in (*dotted, *task.paths))
     task.tests_re = _boundary_re(tests, left=False)
-    task.tests_words = tuple(frozenset(_IDENT_RE.findall(item)) for item in tests)
-    task.constant_words = tuple(frozenset(_IDENT_RE.findall(item)) for item in task.constants)
-    task.docstring_words = tuple(frozenset(_IDENT_RE.findall(item)) for item in task.docstrings)
+    task.tests_words = tuple(_needs(item) for item in tests)
+    task.constant_words = tuple(_needs(item) for item in task.constants)
+    task.docstring_words = tuple(_needs(item) for item in task.docstrings)
+    task.def_words = frozenset(name.encode() for name in task.def_names)
     return task
+
+
+def _needs(item: str) -> frozenset[bytes]:
+    """The words of ``item`` that a text holding it holds too (:func:`gate_words`, as bytes)."""
+    return frozenset(word.encode() for word in gate_words(item, first=""))
 
 
 def _word_set(data: bytes, *, glued: bool) -> set[bytes]:
@@ -558,13 +588,14 @@ class _Index:
         for i, task in enumerate(tasks):
             for words in fingerprints[task.task_id].get("anchors", ()):
                 add([str(w) for w in words], i, True)
-            items = [
-                *task.names, *task.dotted, *task.constants, *task.docstrings,
-                *(t.split("::")[-1] for t in task.tests.values()),
-                *(text for keys in task.signatures.values() for text in keys.values()),
-            ]
+            items = [*task.names, *(t.split("::")[-1] for t in task.tests.values())]
             for item in items:
                 add(anchor_words(item), i, False)
+            for item in (*task.dotted, *task.constants, *task.docstrings):
+                add(gate_words(item), i, False)
+            for name, keys in task.signatures.items():
+                for key in keys:  # the name and the parameters: defaults and annotations may differ
+                    add(gate_words(key, name), i, False)
             for name in task.names:
                 names.setdefault(name, set()).add(i)
             for name in task.signatures:
@@ -634,13 +665,17 @@ def _match_signature(index: _Index, name: str, key: str, evidence: _Evidence) ->
 
 
 def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool = False,
-                gated: tuple[set[int], set[int]] | None = None, ngrams: bool = True) -> None:
+                gated: tuple[set[int], set[int]] | None = None, words: set[bytes] | None = None,
+                ngrams: bool = True) -> None:
     """All evidence in a text: n-grams, ``def``/``class`` names and signatures, dotted names and
     module paths, constants, docstrings, test ids. ``binary``: the text was pulled out of a binary
     format, where neighbours may be glued to a string, so dotted names need no left boundary.
-    ``gated``: :meth:`_Index.gated` of the text, when the caller has it already."""
-    if gated is None:
-        gated = index.gated(_word_set(text.encode("utf-8", "replace"), glued=binary))
+    ``gated`` and ``words``: :meth:`_Index.gated` of the text and the :func:`_word_set` it was
+    computed from, when the caller has them already. Every item is looked for only where the
+    text holds all of its words (a set lookup, no pass over the text)."""
+    if gated is None or words is None:
+        words = _word_set(text.encode("utf-8", "replace"), glued=binary)
+        gated = index.gated(words)
     item_tasks, ngram_tasks = gated
     if not ngrams:
         ngram_tasks = set()
@@ -649,7 +684,6 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
     tokens: list[str] | None = None
     collapsed: str | None = None
     all_defined: set[str] | None = None
-    text_words: set[str] | None = None
     hashes: dict[int, list[int]] = {}
     for i in sorted(item_tasks | ngram_tasks):
         task = index.tasks[i]
@@ -669,7 +703,7 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                 evidence.add(i, ("ngram", ""), "ngram", value, weight, *hits)
         if i not in item_tasks:
             continue
-        if task.def_names:
+        if task.def_names and not words.isdisjoint(task.def_words):
             if all_defined is None:
                 all_defined = set(_DEF_ANY.findall(text))
             defined = all_defined & task.def_names
@@ -684,9 +718,7 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
         if dotted_re is not None:
             found = (
                 {d for d in (*task.dotted, *task.paths) if d in text} if binary
-                else set(_found_by(dotted_re, task.dotted_words,
-                                   text_words := text_words if text_words is not None else set(_IDENT_RE.findall(text)),
-                                   text))
+                else set(_found_by(dotted_re, task.dotted_words, words, text))
             )
             for item in found:
                 if item.endswith(".py") and item in task.paths:
@@ -694,23 +726,18 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                 else:
                     symbol = item.rsplit(".", 1)[-1]
                     evidence.add(i, ("symbol", symbol), "name", item, STRONG, item)
-        if task.constants or task.docstrings:
-            if text_words is None:
-                text_words = set(_IDENT_RE.findall(text))
         for constant, needs in zip(task.constants, task.constant_words, strict=True):
-            if needs <= text_words and constant in text:
+            if needs <= words and constant in text:
                 evidence.add(i, ("constant", constant), "constant", _short(constant),
                              _constant_weight(constant), constant)
         for docstring, needs in zip(task.docstrings, task.docstring_words, strict=True):
-            if needs <= text_words:  # type: ignore[operator]
+            if needs <= words:
                 if collapsed is None:
                     collapsed = normalize_docstring(text)
                 if docstring in collapsed:
                     evidence.add(i, ("docstring", docstring), "docstring", _short(docstring), STRONG, docstring)
         if task.tests_re is not None:
-            if text_words is None:
-                text_words = set(_IDENT_RE.findall(text))
-            for found in _found_by(task.tests_re, task.tests_words, text_words, text):
+            for found in _found_by(task.tests_re, task.tests_words, words, text):
                 node_id = task.tests[found]
                 evidence.add(i, ("test", node_id), "test_id", node_id, STRONG, node_id)
 
@@ -1153,7 +1180,8 @@ class _Scanner:
     def _text(self, data: bytes, name: str, label: str, chain: tuple[str, ...]) -> None:
         lower = name.lower()
         is_json = lower.endswith(_TEXT_SUFFIXES_JSON) or data[:1] in (b"{", b"[")
-        gated: tuple[set[int], set[int]] | None = self.index.gated(_word_set(data, glued=is_json))
+        words = _word_set(data, glued=is_json)
+        gated: tuple[set[int], set[int]] | None = self.index.gated(words)
         if gated == (set(), set()):
             return
         text = data.decode("utf-8", "replace")
@@ -1174,7 +1202,7 @@ class _Scanner:
             kind = "html"
             text = _strip_html(text)
             gated = None  # entities are decoded now
-        _match_text(self.index, text, evidence, gated=gated)
+        _match_text(self.index, text, evidence, gated=gated, words=words)
         self._report(label, (*chain, kind), evidence)
 
     def _binary(self, data: bytes, label: str, chain: tuple[str, ...], kind: str) -> None:

@@ -476,17 +476,23 @@ def _cut_docstring(docstring: str) -> str:
     return text[:DOCSTRING_CHARS].rsplit(" ", 1)[0]
 
 
+@lru_cache(maxsize=1 << 16)
+def _token_words(token: str) -> tuple[str, ...]:
+    return tuple(token_words(token))
+
+
 def _ngram_anchor(words: set[str], vocabulary: _Vocabulary, state: _StartState) -> tuple[str, ...] | None:
-    """The rarest words of an n-gram (up to :data:`ANCHOR_WORDS`), rarest first, if files holding
-    all of them are rare enough (:data:`MAX_ANCHOR_RATE`) or the rarest is the project's own
-    name; None for an n-gram of common words."""
-    ranked = sorted(words, key=lambda w: (vocabulary.rate(w), state.document_frequency.get(w, 0), -len(w), w))
-    chosen = tuple(ranked[:ANCHOR_WORDS])
+    """Every word of an n-gram, rarest first, if files holding its :data:`ANCHOR_WORDS` rarest
+    are rare enough (:data:`MAX_ANCHOR_RATE`) or the rarest is the project's own name; None for
+    an n-gram of common words."""
+    ranked = tuple(sorted(words, key=lambda w: (vocabulary.rate(w), state.document_frequency.get(w, 0), -len(w), w)))
     rate = 1.0
-    for word in chosen:
+    for word in ranked[:ANCHOR_WORDS]:
         rate *= vocabulary.rate(word)
-    if chosen and (rate <= MAX_ANCHOR_RATE or _own_name(chosen[0], vocabulary)):
-        return chosen
+    if ranked and (rate <= MAX_ANCHOR_RATE or _own_name(ranked[0], vocabulary)):
+        # All of the n-gram's words: a unit lacking any of them cannot hold it, and the audit
+        # tokenizes only units that hold every word of some anchor.
+        return ranked
     return None
 
 
@@ -557,9 +563,9 @@ def build_fingerprint(
     windows: dict[int, set[str]] = {}
     for loss in losses:
         for run in loss.token_runs:
+            per_token = [_token_words(token) for token in run]
             for start, h in enumerate(ngram_hashes(run, n)):
-                words = {w for token in run[start:start + n] for w in token_words(token)}
-                windows.setdefault(h, set()).update(words)
+                windows.setdefault(h, set()).update(*per_token[start:start + n])
     candidate_words = {w for words in windows.values() for w in words}
     state = _StartState(visible, candidate_words)
     vocabulary = _stdlib_vocabulary()

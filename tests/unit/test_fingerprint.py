@@ -171,7 +171,7 @@ def test_every_ngram_holds_all_words_of_an_anchor() -> None:
             words = {w for t in tokens[start:start + fp.n] for w in token_words(t)}
             assert any(anchor <= words for anchor in anchors)
     assert seen > 100
-    assert all(1 <= len(anchor) <= 3 for anchor in anchors)
+    assert all(len(anchor) >= 1 for anchor in anchors)
 
 
 def test_ngrams_of_common_words_only_are_left_out() -> None:
