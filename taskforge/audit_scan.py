@@ -683,7 +683,7 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
         return
     tokens: list[str] | None = None
     collapsed: str | None = None
-    all_defined: set[str] | None = None
+    all_defined: dict[str, list[int]] | None = None
     hashes: dict[int, list[int]] = {}
     for i in sorted(item_tasks | ngram_tasks):
         task = index.tasks[i]
@@ -705,15 +705,19 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
             continue
         if task.def_names and not words.isdisjoint(task.def_words):
             if all_defined is None:
-                all_defined = set(_DEF_ANY.findall(text))
-            defined = all_defined & task.def_names
+                all_defined = {}
+                for match in _DEF_ANY.finditer(text):
+                    all_defined.setdefault(match.group(1), []).append(match.start())
+            defined = task.def_names.intersection(all_defined)
             for name in defined & task.names:
                 weight = MEDIUM if is_distinctive(name) else WEAK
                 evidence.add(i, ("symbol", name), "name", f"def/class {name}", weight, name)
-            if not defined.isdisjoint(task.signatures):
-                if tokens is None:
-                    tokens = _cached_tokens(text)
-                _match_signatures_in_tokens(index, i, tokens, evidence)
+            for name in defined.intersection(task.signatures):
+                for at in all_defined[name]:
+                    if text.startswith("def", at):
+                        parsed = _signature_at(text, at)
+                        if parsed is not None:
+                            _match_signature(index, parsed[0], parsed[1], evidence)
         dotted_re = task.dotted_re
         if dotted_re is not None:
             found = (
@@ -742,13 +746,17 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                 evidence.add(i, ("test", node_id), "test_id", node_id, STRONG, node_id)
 
 
-def _match_signatures_in_tokens(index: _Index, task: int, tokens: Sequence[str], evidence: _Evidence) -> None:
-    wanted = index.tasks[task].signatures
-    for at, token in enumerate(tokens):
-        if token == "def" and at + 1 < len(tokens) and tokens[at + 1] in wanted:
-            parsed = _def_signature(tokens, at)
-            if parsed is not None:
-                _match_signature(index, parsed[0], parsed[1], evidence)
+_SIGNATURE_SPAN = 4096
+"""Characters tokenized after a ``def`` to read its parameters (all the rest if they run on)."""
+
+
+def _signature_at(text: str, at: int) -> tuple[str, str] | None:
+    """(name, key) of the ``def`` at offset ``at`` of ``text``, tokenizing only from there: a
+    file that defines a removed function's name is not tokenized whole for its signature."""
+    parsed = _def_signature(_tokens(text[at:at + _SIGNATURE_SPAN]), 0)
+    if parsed is None and at + _SIGNATURE_SPAN < len(text):
+        parsed = _def_signature(_tokens(text[at:]), 0)
+    return parsed
 
 
 def _short(text: str, limit: int = 80) -> str:

@@ -165,13 +165,20 @@ class _FileLoss:
 
 def _removed_lines(before: str, after: str) -> set[int]:
     """1-based numbers of the lines of ``before`` that ``after`` deleted or replaced."""
-    matcher = difflib.SequenceMatcher(
-        None, before.splitlines(keepends=True), after.splitlines(keepends=True), autojunk=False
-    )
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    # Lines the two share at either end are kept; diff only what lies between (a task changes a
+    # few spots of a long file, and the matcher is quadratic in the worst case).
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    matcher = difflib.SequenceMatcher(None, old[head:len(old) - tail], new[head:len(new) - tail], autojunk=False)
     removed: set[int] = set()
     for tag, i1, i2, _, _ in matcher.get_opcodes():
         if tag in ("delete", "replace"):
-            removed.update(range(i1 + 1, i2 + 1))
+            removed.update(range(head + i1 + 1, head + i2 + 1))
     return removed
 
 
@@ -401,6 +408,30 @@ class _Vocabulary:
     literals: str
     """Every short string literal of the standard library and its tests, NUL-separated."""
     modules: int
+    found_in: dict[str, list[int]] = field(default_factory=dict)
+    """identifier -> the modules that use it, for identifiers in at most :data:`_FOUND_IN_MAX`."""
+
+    def co_occur(self, words: Sequence[str]) -> bool:
+        """Whether some standard library module uses all of ``words``: then they make an idiom
+        (``textwrap`` with ``dedent``, ``chain`` with ``from_iterable``) that any package may hold,
+        however rare each word is. A word used too widely to be listed is taken to be in every
+        module that holds the others."""
+        listed: list[list[int]] = []
+        for word in words:
+            count = self.document_frequency.get(word, 0)
+            if count == 0:
+                return False
+            if count <= _FOUND_IN_MAX:
+                listed.append(self.found_in.get(word, []))
+        if not listed:
+            return True
+        listed.sort(key=len)
+        common = set(listed[0])
+        for other in listed[1:]:
+            common.intersection_update(other)
+            if not common:
+                return False
+        return bool(common)
 
     def common_literal(self, value: str) -> bool:
         """Whether ``value`` is (part of) a standard library literal, or one of its identifiers."""
@@ -425,7 +456,8 @@ def _stdlib_vocabulary() -> _Vocabulary:
     stored = cache_root() / "audit" / f"vocabulary-{key}.json"
     try:
         data = json.loads(stored.read_text(encoding="utf-8"))
-        return _Vocabulary(document_frequency=data["document_frequency"], literals=data["literals"], modules=data["modules"])
+        return _Vocabulary(document_frequency=data["document_frequency"], literals=data["literals"],
+                           modules=data["modules"], found_in=data["found_in"])
     except (OSError, ValueError, KeyError):
         pass  # not stored yet (or damaged): read the sources
     vocabulary = _read_stdlib_vocabulary(root)
@@ -433,18 +465,20 @@ def _stdlib_vocabulary() -> _Vocabulary:
     fd, tmp = tempfile.mkstemp(prefix=".vocabulary-", dir=stored.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump({"document_frequency": vocabulary.document_frequency, "literals": vocabulary.literals,
-                   "modules": vocabulary.modules}, handle)
+                   "modules": vocabulary.modules, "found_in": vocabulary.found_in}, handle)
     os.replace(tmp, stored)
     return vocabulary
 
 
-_VOCABULARY_FORMAT = 1
+_VOCABULARY_FORMAT = 2
+_FOUND_IN_MAX = 64
 
 
 def _read_stdlib_vocabulary(root: str) -> _Vocabulary:
     skip = {"site-packages", "dist-packages", "idlelib", "__pycache__"}
     tests = {"test", "tests"}
     frequency: dict[str, int] = {}
+    found_in: dict[str, list[int]] = {}
     literals: set[str] = set()
     literal = re.compile(r"""'([^'\\\n]{1,80})'|"([^"\\\n]{1,80})\"""")
     modules = 0
@@ -466,7 +500,10 @@ def _read_stdlib_vocabulary(root: str) -> _Vocabulary:
             modules += 1
             for word in set(_IDENTIFIER.findall(text)):
                 frequency[word] = frequency.get(word, 0) + 1
-    return _Vocabulary(document_frequency=frequency, literals="\0".join(sorted(literals)), modules=max(modules, 1))
+                found_in.setdefault(word, []).append(modules)
+    found_in = {word: ids for word, ids in found_in.items() if len(ids) <= _FOUND_IN_MAX}
+    return _Vocabulary(document_frequency=frequency, literals="\0".join(sorted(literals)), modules=max(modules, 1),
+                       found_in=found_in)
 
 
 def _cut_docstring(docstring: str) -> str:
@@ -482,14 +519,16 @@ def _token_words(token: str) -> tuple[str, ...]:
 
 
 def _ngram_anchor(words: set[str], vocabulary: _Vocabulary, state: _StartState) -> tuple[str, ...] | None:
-    """Every word of an n-gram, rarest first, if files holding its :data:`ANCHOR_WORDS` rarest
-    are rare enough (:data:`MAX_ANCHOR_RATE`) or the rarest is the project's own name; None for
-    an n-gram of common words."""
+    """Every word of an n-gram, rarest first, if the rarest is the project's own name, or if files
+    holding its :data:`ANCHOR_WORDS` rarest are rare enough (:data:`MAX_ANCHOR_RATE`, as if the
+    words were independent) and no standard library module holds them all (they are not an
+    idiom); None for an n-gram of common words or idioms only."""
     ranked = tuple(sorted(words, key=lambda w: (vocabulary.rate(w), state.document_frequency.get(w, 0), -len(w), w)))
     rate = 1.0
     for word in ranked[:ANCHOR_WORDS]:
         rate *= vocabulary.rate(word)
-    if ranked and (rate <= MAX_ANCHOR_RATE or _own_name(ranked[0], vocabulary)):
+    if ranked and (_own_name(ranked[0], vocabulary)
+                   or (rate <= MAX_ANCHOR_RATE and not vocabulary.co_occur(ranked[:ANCHOR_WORDS]))):
         # All of the n-gram's words: a unit lacking any of them cannot hold it, and the audit
         # tokenizes only units that hold every word of some anchor.
         return ranked

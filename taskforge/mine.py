@@ -368,7 +368,8 @@ def _check_naive(
     timings: dict[str, list[float]] = {"full_s": []}
 
     def fresh(state: dict[str, str | None], **kwargs: Any) -> RunResult:
-        with SuiteRunner(ctx.snapshot, ctx.env, backend=backend, limits=limits, timeout_s=ctx.config.timeout_s) as runner:
+        with SuiteRunner(ctx.snapshot, ctx.env, backend=backend, limits=limits, timeout_s=ctx.config.timeout_s,
+                         fork_server=False) as runner:
             run = runner.run(changes=state, extra_args=_CONTINUE, **kwargs)
         result.runs += 1
         result.containers += 1

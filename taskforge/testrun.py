@@ -233,11 +233,14 @@ class SuiteRunner:
         sandbox: Sandbox | None = None,
         tool_files: Mapping[str, bytes] | None = None,
         bytecode_cache: bool = True,
+        fork_server: bool = True,
     ) -> None:
         """``sandbox``: an already started container of ``env.image`` to use first (a pool's);
         ``tool_files``: more files for /tmp/taskforge/plugin (another pytest plugin);
         ``bytecode_cache``: keep compiled bytecode across runs (a warm container's gain); false for
-        a container that serves a single run, which then uses the image's precompiled bytecode."""
+        a container that serves a single run, which then uses the image's precompiled bytecode;
+        ``fork_server``: fork each pytest run from a server with pytest imported already, where
+        the driver allows it (see ``taskforge/pytest_driver.py``), instead of a new interpreter."""
         self.snapshot = snapshot
         self.env = env
         self.backend = backend
@@ -250,6 +253,7 @@ class SuiteRunner:
         self._fresh = sandbox is not None  # a given sandbox has not had the tree put in yet
         self._tool_files = dict(tool_files or {})
         self.bytecode_cache = bytecode_cache
+        self.fork_server = fork_server
 
     def __enter__(self) -> SuiteRunner:
         return self
@@ -345,6 +349,7 @@ class SuiteRunner:
             "imports": list(imports),
             "pytest": pytest,
             "bytecode_cache": self.bytecode_cache,
+            "fork_server": self.fork_server,
         }
         payload = _tar(text_changes)
         started = time.monotonic()

@@ -216,3 +216,66 @@ def test_deleting_every_file_of_a_folder_removes_the_folder(tricky, backend) -> 
         assert box.exec(["test", "-e", "/workspace/tests"], timeout_s=30).exit_code == 1
         assert box.exec(["test", "-e", "/workspace/src/tricky/cli.py"], timeout_s=30).exit_code == 1
         assert box.exec(["test", "-d", "/workspace/src/tricky"], timeout_s=30).exit_code == 0
+
+
+def _container_processes(box) -> list[str]:  # type: ignore[no-untyped-def]
+    listing = box.exec(["sh", "-c", "for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline; echo; done"],
+                       timeout_s=30, reap=False)
+    return [line.strip() for line in listing.stdout.decode().splitlines() if line.strip()]
+
+
+def test_forked_runs_match_new_interpreters(tricky, backend) -> None:  # type: ignore[no-untyped-def]
+    """The fork servers serve the runs of a warm container (two of them, taking turns) and give
+    what new interpreters give; what a test leaves running is killed after its run, the servers
+    are not; a server killed by a test is replaced."""
+    from taskforge.testrun import SuiteRunner
+
+    snapshot, env = tricky
+    steady = lambda run: {t: r.outcome for t, r in run.results.items() if "flaky_hash" not in t}  # noqa: E731
+    background = TRICKY + (
+        "\n\ndef test_leaves_a_process_behind():\n"
+        "    import subprocess\n"
+        "    subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+    )
+    with SuiteRunner(snapshot, env, backend=backend, fork_server=False) as plain:
+        expected = steady(plain.run(changes={"tests/test_tricky.py": background}))
+    with SuiteRunner(snapshot, env, backend=backend) as runner:
+        runs = [runner.run(changes={"tests/test_tricky.py": background}) for _ in range(3)]
+        box = runner.sandbox()
+        states = [json.loads(box.read_file(f"/tmp/taskforge/fork-server-{slot}.json")) for slot in (0, 1)]
+        processes = _container_processes(box)
+        assert all("refused" not in state for state in states), states
+        assert sum("--fork-server" in p for p in processes) == 2, processes
+        assert not any(p.startswith("sleep") for p in processes), processes
+        # A test that kills the servers: the next run starts new ones and still reports.
+        killer = TRICKY + (
+            "\n\ndef test_kills_the_servers():\n"
+            "    import json, os, signal\n"
+            "    for slot in (0, 1):\n"
+            "        os.kill(json.load(open(f'/tmp/taskforge/fork-server-{slot}.json'))['pid'], signal.SIGKILL)\n"
+        )
+        killed = runner.run(changes={"tests/test_tricky.py": killer})
+        after = [runner.run() for _ in range(2)]
+        new_states = [json.loads(box.read_file(f"/tmp/taskforge/fork-server-{slot}.json")) for slot in (0, 1)]
+    assert all(steady(run) == expected for run in runs)
+    assert expected["tests/test_tricky.py::test_leaves_a_process_behind"] == "passed"
+    # The run whose test killed its own server still reports, once (no second pytest beside it).
+    assert killed.results["tests/test_tricky.py::test_kills_the_servers"].outcome == "passed"
+    assert steady(killed) == {**{t: o for t, o in expected.items() if "leaves_a_process" not in t},
+                              "tests/test_tricky.py::test_kills_the_servers": "passed"}
+    assert all(run.results["tests/test_tricky.py::TestGroup::test_fails"].outcome == "failed" for run in after)
+    assert {s["pid"] for s in new_states}.isdisjoint({s["pid"] for s in states})
+
+
+def test_no_fork_server_when_pytest_imports_the_code_under_test(backend, base_image, session_cache) -> None:  # type: ignore[no-untyped-def]
+    """Mining iniconfig, which pytest itself imports: a server would hold the workspace's
+    iniconfig as it was when the server started, so it refuses and runs get new interpreters."""
+    from taskforge.testrun import SuiteRunner
+
+    snapshot = fetch("pypi:iniconfig==2.3.1")
+    env = build_environment(snapshot, backend=backend, base=base_image)
+    with SuiteRunner(snapshot, env, backend=backend) as runner:
+        run = runner.run()
+        state = json.loads(runner.sandbox().read_file("/tmp/taskforge/fork-server-0.json"))
+    assert run.status == "ok" and run.results
+    assert "iniconfig" in state["refused"], state

@@ -170,7 +170,7 @@ def test_every_ngram_holds_all_words_of_an_anchor() -> None:
             seen += 1
             words = {w for t in tokens[start:start + fp.n] for w in token_words(t)}
             assert any(anchor <= words for anchor in anchors)
-    assert seen > 100
+    assert seen > 50  # stanzakit's own code, idioms of the standard library left out
     assert all(len(anchor) >= 1 for anchor in anchors)
 
 
