@@ -91,7 +91,11 @@ def audit_start_state(
     """
     started = time.monotonic()
     fingerprint = build_fingerprint(before=before, after=after, visible=visible, strategy=strategy, test_ids=test_ids)
-    reply = audit_scan.scan({"fingerprints": {"task": fingerprint.to_json()}, "roots": [str(start_dir)]})
+    # The start state's texts were checked already (the fingerprint holds nothing found in them):
+    # only what else lies there is read, git's objects and any file that is not plain text.
+    clean = [text.encode("utf-8") for path, text in visible.items() if path != _FILE_LIST]
+    reply = audit_scan.scan({"fingerprints": {"task": fingerprint.to_json()}, "roots": [str(start_dir)],
+                             "clean_texts": clean})
     prefix = str(start_dir)
     findings = [
         {**_brief(f), "path": WORKSPACE + str(f["path"]).removeprefix(prefix)} for f in reply["findings"]["task"]

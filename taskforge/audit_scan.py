@@ -20,6 +20,10 @@ Response::
     {"findings": {"<task id>": [{"path", "kind", "match", "detail", "score", "evidence"}, ...]},
      "files": n, "bytes": n, "skipped": [{"path", "reason"}], "seconds": s}
 
+``"clean_texts"`` (in-process callers only, bytes): texts every fingerprint was already checked
+against as plain text (:func:`residual_evidence`); a plain-text unit with exactly those bytes is
+passed over. The host's scan of a start state gives its files there, and their git blobs go too.
+
 ``kind`` is the channel the copy was found in: its outermost container (``zip``, ``tar``,
 ``gzip``, ``bz2``, ``xz``, ``git-loose``, ``git-pack``, ``sqlite``) or, for a plain file, its
 format (``text``, ``pyc``, ``json``, ``notebook``, ``html``, ``java-class``, ``binary``).
@@ -241,6 +245,17 @@ def _cached_tokens(text: str) -> list[str]:
     """``_tokens(text)``, from the per-process cache when the text was seen (do not modify it)."""
     found = _TEXTS.get(text, 0)
     return found if found is not None else _TEXTS.put(text, 0, _tokens(text))
+
+
+def _text_words(text: str) -> set[bytes]:
+    """``_word_set`` of a text, from the per-process cache when the text was seen (do not modify
+    it): each task of a repository matches its fingerprint against the same start-state files."""
+    found = _TEXTS.get(text, -1)
+    if found is not None:
+        return found  # type: ignore[return-value]
+    words = _word_set(text.encode("utf-8", "replace"), glued=False)
+    _TEXTS.put(text, -1, words)  # type: ignore[arg-type]
+    return words
 
 
 def _cached_ngram_hashes(text: str, tokens: Sequence[str], n: int) -> list[int]:
@@ -674,7 +689,7 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
     computed from, when the caller has them already. Every item is looked for only where the
     text holds all of its words (a set lookup, no pass over the text)."""
     if gated is None or words is None:
-        words = _word_set(text.encode("utf-8", "replace"), glued=binary)
+        words = _text_words(text) if not binary else _word_set(text.encode("utf-8", "replace"), glued=True)
         gated = index.gated(words)
     item_tasks, ngram_tasks = gated
     if not ngrams:
@@ -1067,8 +1082,10 @@ def _pack_objects(data: bytes, budget: int) -> Iterator[tuple[str, bytes]]:
 
 
 class _Scanner:
-    def __init__(self, index: _Index, *, max_file_bytes: int, exclude: Sequence[str]) -> None:
+    def __init__(self, index: _Index, *, max_file_bytes: int, exclude: Sequence[str],
+                 clean: frozenset[bytes] = frozenset()) -> None:
         self.index = index
+        self.clean = clean
         self.max_file_bytes = max_file_bytes
         self.exclude = tuple(os.path.abspath(p) for p in exclude)
         self.findings: dict[str, list[dict[str, Any]]] = {t.task_id: [] for t in index.tasks}
@@ -1188,6 +1205,9 @@ class _Scanner:
     def _text(self, data: bytes, name: str, label: str, chain: tuple[str, ...]) -> None:
         lower = name.lower()
         is_json = lower.endswith(_TEXT_SUFFIXES_JSON) or data[:1] in (b"{", b"[")
+        if self.clean and not is_json and data in self.clean and not lower.endswith(_HTML_SUFFIXES):
+            if data.decode("utf-8", "replace").lstrip()[:14].lower() not in ("<!doctype html", "<html"):
+                return  # a text the fingerprint was checked against, as plain text, already
         words = _word_set(data, glued=is_json)
         gated: tuple[set[int], set[int]] | None = self.index.gated(words)
         if gated == (set(), set()):
@@ -1394,6 +1414,7 @@ def scan(request: Mapping[str, Any]) -> dict[str, Any]:
         index,
         max_file_bytes=int(request.get("max_file_bytes", DEFAULT_MAX_FILE_BYTES)),
         exclude=list(request.get("exclude", ())),
+        clean=frozenset(request.get("clean_texts", ())),
     )
     for root in request.get("roots", ()):
         scanner.walk(str(root))

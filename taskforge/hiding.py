@@ -60,7 +60,7 @@ from taskforge.errors import TaskforgeError
 from taskforge.removal import StatementRemover
 from taskforge.symbols import dotted_name, is_test_path, parse_source, read_source, render_module
 
-__all__ = ["hide_tests"]
+__all__ = ["ClassIndex", "hide_tests"]
 
 UNHIDEABLE = "unhideable_test"
 
@@ -68,10 +68,14 @@ UNHIDEABLE = "unhideable_test"
 _TESTLESS_BASES = frozenset({"object", "TestCase", "IsolatedAsyncioTestCase"})
 
 
-def hide_tests(repo: Path, nodeids: Sequence[str]) -> dict[str, str | None]:
-    """Remove the tests ``nodeids`` name; return path -> new text (None: file deleted), by path."""
+def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None = None) -> dict[str, str | None]:
+    """Remove the tests ``nodeids`` name; return path -> new text (None: file deleted), by path.
+
+    ``index``: the repository's :class:`ClassIndex` from an earlier call, so that a repository's
+    candidates parse its test files once (the files must not have changed meanwhile)."""
     repo = Path(repo)
-    index = _ClassIndex(repo)
+    if index is None or index.repo != repo:
+        index = ClassIndex(repo)
     definitions: dict[str, set[tuple[str, ...]]] = {}  # file -> qualnames to delete there
     inherited_from: set[str] = set()  # files whose tests other files inherit
     for nodeid in nodeids:
@@ -286,7 +290,7 @@ class _Module:
     """Names of the functions and classes defined at module level."""
 
 
-class _ClassIndex:
+class ClassIndex:
     """The repository's Python files, parsed on demand, and their classes' bases resolved through
     the files' imports (see the module docstring)."""
 

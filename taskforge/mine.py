@@ -37,7 +37,7 @@ from taskforge.candidates import Candidate, CandidateConfig, find_candidates
 from taskforge.environment import Environment, build_environment
 from taskforge.errors import TaskforgeError, TestRunError
 from taskforge.fingerprint import Fingerprint
-from taskforge.hiding import hide_tests
+from taskforge.hiding import ClassIndex, hide_tests
 from taskforge.llm import LLMConfig
 from taskforge.patches import apply_patch, diff
 from taskforge.removal import Removal, RemovalAgent, load_agent
@@ -231,6 +231,8 @@ class _Context:
     """Tracked files the start state leaves out (taskforge.startstate), as deletions."""
     work_dir: Path
     """Where start states are written."""
+    tests: ClassIndex
+    """The repository's test files, parsed once for every candidate's hidden tests."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -260,7 +262,7 @@ def _hide(fail_to_pass: Sequence[str], ctx: _Context) -> dict[str, str | None] |
     if ctx.config.visible_tests:
         return {}
     try:
-        return hide_tests(ctx.snapshot.path, fail_to_pass)
+        return hide_tests(ctx.snapshot.path, fail_to_pass, index=ctx.tests)
     except TaskforgeError as err:
         return err.reason
 
@@ -564,7 +566,7 @@ def mine_repository(
         result.candidates = len(candidates)
         work = tempfile.TemporaryDirectory(prefix="taskforge-start-")
         ctx = _Context(snapshot=snapshot, env=env, index=index, baseline=baseline, agent=ctx_agent, config=config,
-                       scrubbed=scrub_changes(snapshot), work_dir=Path(work.name))
+                       scrubbed=scrub_changes(snapshot), work_dir=Path(work.name), tests=ClassIndex(snapshot.path))
         fingerprints: dict[str, Fingerprint] = {}
         with work:
             for candidate in candidates[: config.max_attempts]:
