@@ -1,6 +1,6 @@
 """Benchmark: validated tasks per CPU-minute, fast validation against the naive reference.
 
-    python -m tests.benchmarks.bench_mine [--projects cachetools,toolz,inflection] [--max-tasks 5]
+    python -m tests.benchmarks.bench_mine [--projects cachetools,toolz,inflection] [--max-tasks 5] [--rounds 2]
 
 For each project both pipelines mine the same candidates in the same order (same seed) on the
 same environment image, baseline and index, interleaved project by project:
@@ -10,7 +10,8 @@ same environment image, baseline and index, interleaved project by project:
 
 CPU time is what each pipeline causes: this process and its children, all containers (their
 cgroup) and the Docker daemons, so other work on a shared machine does not count; wall time is
-printed too. Per-stage seconds of the
+printed too. With ``--rounds N`` both pipelines mine every project N times (interleaved); each
+project's CPU time is the median of its rounds (the machine is shared and noisy). Per-stage seconds of the
 fast pipeline are printed for the README, and so is each fast task's audit time next to its
 validation time.
 """
@@ -69,35 +70,60 @@ def main() -> None:
     parser.add_argument("--projects", default="cachetools,toolz,inflection")
     parser.add_argument("--max-tasks", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("bench-mine.json"))
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     backend = open_backend("docker")
     base = current_base(backend)
     config = MineConfig(max_tasks=args.max_tasks, max_attempts=args.max_tasks * 4, seed=0)
     report: dict[str, dict[str, object]] = {}
     totals = {"fast": [0, 0.0, 0.0], "naive": [0, 0.0, 0.0]}
-    audits: list[tuple[str, float, float]] = []
-    print(f"{'project':<12}{'mode':<7}{'tasks':>6}{'cpu s':>9}{'wall s':>9}{'tasks/cpu-min':>15}")
-    for name in args.projects.split(","):
-        source = corpus()[name].source
-        mine_repository(source, config=MineConfig(max_tasks=1, max_attempts=1), backend=backend, base=base)  # warm caches
-        for mode in ("fast", "naive"):
-            cpu0, wall0 = _cpu_seconds(), time.monotonic()
-            result = mine_repository(source, config=config, backend=backend, base=base, naive=mode == "naive")
-            cpu, wall = _cpu_seconds() - cpu0, time.monotonic() - wall0
-            rate = len(result.tasks) / (cpu / 60) if cpu else 0.0
-            totals[mode][0] += len(result.tasks)
-            totals[mode][1] += cpu
-            totals[mode][2] += wall
-            report.setdefault(name, {})[mode] = {
-                "tasks": len(result.tasks), "attempted": result.attempted, "cpu_s": round(cpu, 1),
-                "wall_s": round(wall, 1), "tasks_per_cpu_min": round(rate, 2), "runs": result.runs,
-                "containers": result.containers, "stage_s": {k: round(v, 1) for k, v in result.stage_s.items()},
-                "rejections": dict(result.rejections),
-                "instance_ids": sorted(t.instance_id for t in result.tasks),
-            }
-            if mode == "fast":
-                audits.extend(_audit_against_validation(result.tasks))
-            print(f"{name:<12}{mode:<7}{len(result.tasks):>6}{cpu:>9.1f}{wall:>9.1f}{rate:>15.2f}")
+    cpu_rounds: dict[tuple[str, str], list[float]] = {}
+    wall_rounds: dict[tuple[str, str], list[float]] = {}
+    audit_rounds: dict[str, list[tuple[float, float]]] = {}
+    print(f"{'round':<6}{'project':<12}{'mode':<7}{'tasks':>6}{'cpu s':>9}{'wall s':>9}{'tasks/cpu-min':>15}")
+    for round_ in range(args.rounds):
+        for name in args.projects.split(","):
+            source = corpus()[name].source
+            if round_ == 0:  # warm caches: the environment image, the wheels
+                mine_repository(source, config=MineConfig(max_tasks=1, max_attempts=1), backend=backend, base=base)
+            for mode in ("fast", "naive"):
+                cpu0, wall0 = _cpu_seconds(), time.monotonic()
+                result = mine_repository(source, config=config, backend=backend, base=base, naive=mode == "naive")
+                cpu, wall = _cpu_seconds() - cpu0, time.monotonic() - wall0
+                cpu_rounds.setdefault((name, mode), []).append(cpu)
+                wall_rounds.setdefault((name, mode), []).append(wall)
+                ids = sorted(t.instance_id for t in result.tasks)
+                entry = report.setdefault(name, {}).setdefault(mode, {"instance_ids": ids, "rounds": []})
+                assert isinstance(entry, dict)
+                if entry["instance_ids"] != ids:
+                    print(f"warning: {name} {mode} mined other tasks in round {round_ + 1}")
+                entry["rounds"].append({
+                    "tasks": len(result.tasks), "attempted": result.attempted, "cpu_s": round(cpu, 1),
+                    "wall_s": round(wall, 1), "runs": result.runs, "containers": result.containers,
+                    "stage_s": {k: round(v, 1) for k, v in result.stage_s.items()},
+                    "rejections": dict(result.rejections),
+                })
+                if mode == "fast":
+                    for instance_id, validation_s, audit_s in _audit_against_validation(result.tasks):
+                        audit_rounds.setdefault(instance_id, []).append((validation_s, audit_s))
+                rate = len(result.tasks) / (cpu / 60) if cpu else 0.0
+                print(f"{round_ + 1:<6}{name:<12}{mode:<7}{len(result.tasks):>6}{cpu:>9.1f}{wall:>9.1f}{rate:>15.2f}")
+    print(f"\nmedians over {args.rounds} round(s):")
+    for (name, mode), cpus in cpu_rounds.items():
+        entry = report[name][mode]
+        assert isinstance(entry, dict)
+        tasks = len(entry["instance_ids"])
+        cpu, wall = statistics.median(cpus), statistics.median(wall_rounds[(name, mode)])
+        entry.update({"tasks": tasks, "cpu_s": round(cpu, 1), "wall_s": round(wall, 1),
+                      "tasks_per_cpu_min": round(tasks / (cpu / 60), 2) if cpu else 0.0,
+                      "stage_s": entry["rounds"][-1]["stage_s"]})
+        totals[mode][0] += tasks
+        totals[mode][1] += cpu
+        totals[mode][2] += wall
+        print(f"{name:<12}{mode:<7}{tasks:>6}{cpu:>9.1f}{wall:>9.1f}{entry['tasks_per_cpu_min']:>15.2f}"
+              f"   (cpu s per round: {', '.join(f'{c:.1f}' for c in cpus)})")
+    audits = [(i, statistics.median(v for v, _ in rows), statistics.median(a for _, a in rows))
+              for i, rows in audit_rounds.items()]
     fast = totals["fast"][0] / (totals["fast"][1] / 60)
     naive = totals["naive"][0] / (totals["naive"][1] / 60)
     print(f"all: fast {fast:.2f} tasks/cpu-min, naive {naive:.2f} tasks/cpu-min, speedup {fast / naive:.2f}x")
