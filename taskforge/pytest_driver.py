@@ -435,9 +435,13 @@ def _serve(slot):  # type: ignore[no-untyped-def]
     if refused is not None:
         _write_state(slot, {**state, "refused": refused})
         return
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(SERVER_SOCKET % slot)
-    listener.listen(4)
+    try:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(SERVER_SOCKET % slot)
+        listener.listen(4)
+    except OSError as err:  # the driver waits for a state: say why there is no server
+        _write_state(slot, {**state, "refused": "socket: %s" % err})
+        return
     _write_state(slot, state)
     while True:
         conn, _ = listener.accept()
