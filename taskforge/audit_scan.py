@@ -482,13 +482,10 @@ class _Task:
     bodies: dict[str, frozenset[str]]
     def_names: frozenset[str] = frozenset()
     """Names whose ``def``/``class`` is evidence: the bare names and the signatures' names."""
-    dotted_re: re.Pattern[str] | None = None
-    dotted_words: tuple[frozenset[bytes], ...] = ()
-    """For each dotted name and path: the words a text must hold for it to occur there."""
-    tests_re: re.Pattern[str] | None = None
-    tests_words: tuple[frozenset[bytes], ...] = ()
-    constant_words: tuple[frozenset[bytes], ...] = ()
-    docstring_words: tuple[frozenset[bytes], ...] = ()
+    dotted_items: tuple[str, ...] = ()
+    """The dotted names, then their module paths."""
+    test_patterns: tuple[str, ...] = ()
+    """The keys of ``tests``."""
     def_words: frozenset[bytes] = frozenset()
     """``def_names`` as words: a text without any of them has no ``def`` of interest."""
 
@@ -499,26 +496,12 @@ class _Task:
 _DEF_ANY = re.compile(r"(?<![A-Za-z0-9_])(?:def|class)\s+([A-Za-z_][A-Za-z0-9_]*)(?![A-Za-z0-9_])")
 
 
-def _found_by(pattern: re.Pattern[str] | None, needs: Iterable[frozenset[bytes]], words: set[bytes], text: str) -> list[str]:
-    """The matches of ``pattern`` (an alternation of items with word boundaries) in ``text``, run
-    only when the text holds every word of some item (``needs``; ``words`` are the text's words):
-    an alternation of hundreds of items tried at every position of every text is slow."""
-    if pattern is None or not any(need <= words for need in needs):
-        return []
-    return [m.group() for m in pattern.finditer(text)]
-
-
-def _boundary_re(patterns: Iterable[str], *, left: bool = True) -> re.Pattern[str] | None:
-    return _compiled_boundary_re(frozenset(patterns), left)
-
-
 @lru_cache(maxsize=256)
-def _compiled_boundary_re(patterns: frozenset[str], left: bool) -> re.Pattern[str] | None:
-    """One alternation per item set; the host builds the same task's index several times (its
-    fingerprint against the start state, then the start-state scan)."""
+def _compiled_boundary_re(patterns: frozenset[str], left: bool) -> re.Pattern[str]:
+    """One alternation of ``patterns`` with word boundaries. It is built of the items a unit's
+    words let through only: an item that does not pass cannot occur in the unit, so it could not
+    have taken a match from one that does, and a short alternation compiles fast."""
     items = sorted(patterns, key=len, reverse=True)
-    if not items:
-        return None
     body = "|".join(re.escape(item) for item in items)
     return re.compile(("(?<![A-Za-z0-9_])" if left else "") + f"(?:{body})(?![A-Za-z0-9_])")
 
@@ -550,19 +533,16 @@ def _build_task(task_id: str, data: Mapping[str, Any]) -> _Task:
         bodies={q: frozenset(ns) for q, ns in dict(data.get("bodies", {})).items()},
     )
     task.def_names = frozenset(bare) | frozenset(signatures)
-    task.dotted_re = _boundary_re([*dotted, *task.paths])
-    task.dotted_words = tuple(_needs(item) for item in (*dotted, *task.paths))
-    task.tests_re = _boundary_re(tests, left=False)
-    task.tests_words = tuple(_needs(item) for item in tests)
-    task.constant_words = tuple(_needs(item) for item in task.constants)
-    task.docstring_words = tuple(_needs(item) for item in task.docstrings)
+    task.dotted_items = (*dotted, *task.paths)
+    task.test_patterns = tuple(tests)
     task.def_words = frozenset(name.encode() for name in task.def_names)
     return task
 
 
-def _needs(item: str) -> frozenset[bytes]:
-    """The words of ``item`` that a text holding it holds too (:func:`gate_words`, as bytes)."""
-    return frozenset(word.encode() for word in gate_words(item, first=""))
+def _needs(item: str) -> list[str]:
+    """The words of ``item`` that a text holding it holds too (:func:`gate_words`), longest first
+    (the first is the gate's key: the rarer, the fewer units try the rest)."""
+    return sorted(gate_words(item, first=""), key=lambda word: (-len(word), word))
 
 
 def _word_set(data: bytes, *, glued: bool) -> set[bytes]:
@@ -575,8 +555,28 @@ def _word_set(data: bytes, *, glued: bool) -> set[bytes]:
     return words
 
 
-_Gate = dict[bytes, list[tuple[tuple[bytes, ...], int, bool]]]
-"""first word -> (the other words, task, is an n-gram anchor) for every anchor."""
+# What a gate entry lets through: an n-gram anchor, a task (its names, signatures and test
+# names, to be looked for as definitions), or one item of a task: a dotted name (with its module
+# path, whose words are the name's and "py"), a constant, a docstring, a test id pattern.
+_NGRAM, _ADMIT, _DOTTED, _CONSTANT, _DOCSTRING, _TEST = range(6)
+
+_Gate = dict[bytes, list[tuple[tuple[bytes, ...], int, int, int]]]
+"""first word -> (the other words, task, kind, item number) for every entry."""
+
+
+@dataclass(slots=True)
+class _Gated:
+    """What a unit's words let through: tasks with an n-gram anchor, and per task with any item
+    entry the items (kind, number) whose every word the unit holds."""
+
+    ngrams: set[int] = field(default_factory=set)
+    items: dict[int, set[tuple[int, int]]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.ngrams or self.items)
+
+    def has(self, task: int, kind: int) -> bool:
+        return any(k == kind for k, _ in self.items.get(task, ()))
 
 
 @dataclass(kw_only=True, slots=True)
@@ -595,22 +595,26 @@ class _Index:
         signature_names: dict[str, set[int]] = {}
         bodies: dict[str, set[int]] = {}
 
-        def add(words: Sequence[str], task: int, ngram: bool) -> None:
+        def add(words: Sequence[str], task: int, kind: int, item: int = 0) -> None:
             if words:
                 rest = tuple(word.encode() for word in words[1:])
-                gate.setdefault(words[0].encode(), []).append((rest, task, ngram))
+                gate.setdefault(words[0].encode(), []).append((rest, task, kind, item))
 
         for i, task in enumerate(tasks):
             for words in fingerprints[task.task_id].get("anchors", ()):
-                add([str(w) for w in words], i, True)
+                add([str(w) for w in words], i, _NGRAM)
             items = [*task.names, *(t.split("::")[-1] for t in task.tests.values())]
             for item in items:
-                add(anchor_words(item), i, False)
-            for item in (*task.dotted, *task.constants, *task.docstrings):
-                add(gate_words(item), i, False)
+                add(anchor_words(item), i, _ADMIT)
             for name, keys in task.signatures.items():
                 for key in keys:  # the name and the parameters: defaults and annotations may differ
-                    add(gate_words(key, name), i, False)
+                    add(gate_words(key, name), i, _ADMIT)
+            # Each item as its own entry, with exactly the words the matcher needs: a unit that
+            # passes holds all of them, and one that does not cannot hold the item.
+            for kind, group in ((_DOTTED, task.dotted_items), (_CONSTANT, task.constants),
+                                (_DOCSTRING, task.docstrings), (_TEST, task.test_patterns)):
+                for number, item in enumerate(group):
+                    add(_needs(item), i, kind, number)
             for name in task.names:
                 names.setdefault(name, set()).add(i)
             for name in task.signatures:
@@ -619,16 +623,18 @@ class _Index:
                 bodies.setdefault(qualname, set()).add(i)
         return cls(tasks=tasks, gate=gate, names=names, signature_names=signature_names, bodies=bodies)
 
-    def gated(self, words: set[bytes]) -> tuple[set[int], set[int]]:
-        """(tasks with an item anchor in ``words``, tasks with an n-gram anchor in ``words``): the
-        cheap test every file goes through."""
-        items: set[int] = set()
-        ngrams: set[int] = set()
+    def gated(self, words: set[bytes]) -> _Gated:
+        """What a unit with ``words`` may hold (:class:`_Gated`): the cheap test every unit goes
+        through."""
+        gated = _Gated()
         for first in words.intersection(self.gate):
-            for rest, task, ngram in self.gate[first]:
+            for rest, task, kind, item in self.gate[first]:
                 if all(word in words for word in rest):
-                    (ngrams if ngram else items).add(task)
-        return items, ngrams
+                    if kind == _NGRAM:
+                        gated.ngrams.add(task)
+                    else:
+                        gated.items.setdefault(task, set()).add((kind, item))
+        return gated
 
 
 # ---------------------------------------------------------------------------------------------
@@ -680,34 +686,33 @@ def _match_signature(index: _Index, name: str, key: str, evidence: _Evidence) ->
 
 
 def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool = False,
-                gated: tuple[set[int], set[int]] | None = None, words: set[bytes] | None = None,
+                gated: _Gated | None = None, words: set[bytes] | None = None,
                 ngrams: bool = True) -> None:
     """All evidence in a text: n-grams, ``def``/``class`` names and signatures, dotted names and
     module paths, constants, docstrings, test ids. ``binary``: the text was pulled out of a binary
     format, where neighbours may be glued to a string, so dotted names need no left boundary.
     ``gated`` and ``words``: :meth:`_Index.gated` of the text and the :func:`_word_set` it was
     computed from, when the caller has them already. Every item is looked for only where the
-    text holds all of its words (a set lookup, no pass over the text)."""
+    text holds all of its words (the gate says which: no pass over the text)."""
     if gated is None or words is None:
         words = _text_words(text) if not binary else _word_set(text.encode("utf-8", "replace"), glued=True)
         gated = index.gated(words)
-    item_tasks, ngram_tasks = gated
-    if not ngrams:
-        ngram_tasks = set()
+    item_tasks = gated.items
+    ngram_tasks = gated.ngrams if ngrams else set()
     if not item_tasks and not ngram_tasks:
         return
     tokens: list[str] | None = None
     collapsed: str | None = None
     all_defined: dict[str, list[int]] | None = None
     hashes: dict[int, list[int]] = {}
-    for i in sorted(item_tasks | ngram_tasks):
+    for i in sorted(item_tasks.keys() | ngram_tasks):
         task = index.tasks[i]
         if i in ngram_tasks and task.ngrams:
             if tokens is None:
                 tokens = _cached_tokens(text)
             if task.n not in hashes:
                 hashes[task.n] = _cached_ngram_hashes(text, tokens, task.n)
-            hits = {h for h in hashes[task.n] if h in task.ngrams}
+            hits = task.ngrams.intersection(hashes[task.n])
             if hits:
                 covered: set[int] = set()
                 for pos, h in enumerate(hashes[task.n]):
@@ -716,7 +721,8 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                 weight = STRONG if len(hits) >= NGRAM_HITS else WEAK
                 value = f"{len(hits)} of {len(task.ngrams)} n-grams, {len(covered)} tokens"
                 evidence.add(i, ("ngram", ""), "ngram", value, weight, *hits)
-        if i not in item_tasks:
+        passed = item_tasks.get(i)
+        if passed is None:
             continue
         if task.def_names and not words.isdisjoint(task.def_words):
             if all_defined is None:
@@ -733,11 +739,12 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                         parsed = _signature_at(text, at)
                         if parsed is not None:
                             _match_signature(index, parsed[0], parsed[1], evidence)
-        dotted_re = task.dotted_re
-        if dotted_re is not None:
+        dotted = frozenset(task.dotted_items[n] for kind, n in passed if kind == _DOTTED)
+        if dotted or (binary and task.dotted_items):
+            # In binary formats a neighbour may be glued to the name: looked for as a substring.
             found = (
-                {d for d in (*task.dotted, *task.paths) if d in text} if binary
-                else set(_found_by(dotted_re, task.dotted_words, words, text))
+                {d for d in task.dotted_items if d in text} if binary
+                else {m.group() for m in _compiled_boundary_re(dotted, True).finditer(text)}
             )
             for item in found:
                 if item.endswith(".py") and item in task.paths:
@@ -745,18 +752,21 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                 else:
                     symbol = item.rsplit(".", 1)[-1]
                     evidence.add(i, ("symbol", symbol), "name", item, STRONG, item)
-        for constant, needs in zip(task.constants, task.constant_words, strict=True):
-            if needs <= words and constant in text:
-                evidence.add(i, ("constant", constant), "constant", _short(constant),
-                             _constant_weight(constant), constant)
-        for docstring, needs in zip(task.docstrings, task.docstring_words, strict=True):
-            if needs <= words:
+        for kind, number in sorted(passed):
+            if kind == _CONSTANT:
+                constant = task.constants[number]
+                if constant in text:
+                    evidence.add(i, ("constant", constant), "constant", _short(constant),
+                                 _constant_weight(constant), constant)
+            elif kind == _DOCSTRING:
+                docstring = task.docstrings[number]
                 if collapsed is None:
                     collapsed = normalize_docstring(text)
                 if docstring in collapsed:
                     evidence.add(i, ("docstring", docstring), "docstring", _short(docstring), STRONG, docstring)
-        if task.tests_re is not None:
-            for found in _found_by(task.tests_re, task.tests_words, words, text):
+        patterns = frozenset(task.test_patterns[n] for kind, n in passed if kind == _TEST)
+        if patterns:
+            for found in (m.group() for m in _compiled_boundary_re(patterns, False).finditer(text)):
                 node_id = task.tests[found]
                 evidence.add(i, ("test", node_id), "test_id", node_id, STRONG, node_id)
 
@@ -1209,8 +1219,8 @@ class _Scanner:
             if data.decode("utf-8", "replace").lstrip()[:14].lower() not in ("<!doctype html", "<html"):
                 return  # a text the fingerprint was checked against, as plain text, already
         words = _word_set(data, glued=is_json)
-        gated: tuple[set[int], set[int]] | None = self.index.gated(words)
-        if gated == (set(), set()):
+        gated: _Gated | None = self.index.gated(words)
+        if not gated:
             return
         text = data.decode("utf-8", "replace")
         evidence = _Evidence()
@@ -1234,9 +1244,9 @@ class _Scanner:
         self._report(label, (*chain, kind), evidence)
 
     def _binary(self, data: bytes, label: str, chain: tuple[str, ...], kind: str) -> None:
-        items, ngrams = self.index.gated(_word_set(data, glued=True))
+        gated = self.index.gated(_word_set(data, glued=True))
         source_like = len(data) <= BINARY_NGRAM_BYTES
-        if not items and not (ngrams and source_like):
+        if not gated.items and not (gated.ngrams and source_like):
             return
         evidence = _Evidence()
         strings = _PRINTABLE_B.findall(data)
@@ -1362,7 +1372,7 @@ class _Scanner:
                 pass
         if b"\x00" not in cell[:4096]:
             texts.append(cell.decode("utf-8", "replace"))
-        elif any(self.index.gated(_word_set(cell, glued=True))):
+        elif self.index.gated(_word_set(cell, glued=True)):
             binary.extend(s.decode("ascii") for s in _PRINTABLE_B.findall(cell))
 
     def _git_loose(self, data: bytes, label: str, chain: tuple[str, ...], depth: int) -> None:

@@ -182,13 +182,20 @@ def _removed_lines(before: str, after: str) -> set[int]:
     return removed
 
 
+@lru_cache(maxsize=64)
+def _line_tokens(text: str) -> tuple[tuple[int, str], ...]:
+    """(1-based line, normalized token) of every token of ``text``, once per text and process:
+    the tasks of one repository change the same original files again and again."""
+    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    return tuple((bisect.bisect_right(line_starts, offset), token) for offset, token in iter_tokens(text))
+
+
 def _token_runs(text: str, removed: set[int]) -> list[list[str]]:
     # Tokenize the whole file, not the removed hunks alone: a hunk may start inside a string.
-    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
     runs: list[list[str]] = []
     current: list[str] = []
-    for offset, token in iter_tokens(text):
-        if bisect.bisect_right(line_starts, offset) in removed:
+    for line, token in _line_tokens(text):
+        if line in removed:
             current.append(token)
         elif current:
             runs.append(current)
@@ -335,7 +342,7 @@ def _file_loss(path: str, before: str, after: str | None, *, strategy: str, know
     loss = _FileLoss(token_runs=_token_runs(before, removed))
     if not path.endswith(_PYTHON_SUFFIXES):
         return loss
-    tree_before, defs_before, docstring_ids = _analyzed(before)
+    tree_before, defs_before, _ = _analyzed(before)
     if tree_before is None:
         return loss
     _, defs_after = _analyzed(after)[:2] if after is not None else (None, {})
@@ -364,11 +371,27 @@ def _file_loss(path: str, before: str, after: str | None, *, strategy: str, know
             docstring = ast.get_docstring(tree_before, clean=True)
             if docstring:
                 loss.docstrings.append(docstring)
-    for node in ast.walk(tree_before):
-        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstring_ids
-                and getattr(node, "lineno", 0) in removed):
-            loss.constants.append(node.value)
+    loss.constants.extend(value for line, value in _string_constants(before) if line in removed)
     return loss
+
+
+@lru_cache(maxsize=64)
+def _string_constants(text: str) -> tuple[tuple[int, str], ...]:
+    """(line, value) of every string constant of ``text`` that is not a docstring, in walk order."""
+    tree, _, docstring_ids = _analyzed(text)
+    if tree is None:
+        return ()
+    return tuple(
+        (getattr(node, "lineno", 0), node.value) for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstring_ids
+    )
+
+
+@lru_cache(maxsize=4096)
+def _identifiers(text: str) -> frozenset[str]:
+    """The identifiers of a start-state text, once per text and process (the tasks of one
+    repository see nearly the same files)."""
+    return frozenset(_IDENTIFIER.findall(text))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,19 +407,39 @@ class _StartState:
         self.identifiers: set[str] = set()
         self.document_frequency: dict[str, int] = {}
         for text in visible.values():
-            words = set(_IDENTIFIER.findall(text))
+            words = _identifiers(text)
             self.identifiers.update(words)
             for word in words & candidate_words:
                 self.document_frequency[word] = self.document_frequency.get(word, 0) + 1
-        self._collapsed: list[str] | None = None
 
     def contains(self, text: str) -> bool:
-        return any(text in content for content in self.files.values())
+        inner = _interior_words(text)
+        return any(text in content for content in self.files.values() if inner <= _runs(content))
 
     def contains_collapsed(self, text: str) -> bool:
-        if self._collapsed is None:
-            self._collapsed = [normalize_docstring(content) for content in self.files.values()]
-        return any(text in content for content in self._collapsed)
+        inner = _interior_words(text)  # collapsing whitespace leaves the words as they are
+        return any(text in _collapsed(content) for content in self.files.values() if inner <= _runs(content))
+
+
+_RUN = re.compile(r"[A-Za-z0-9_]+")
+
+
+@lru_cache(maxsize=4096)
+def _runs(text: str) -> frozenset[str]:
+    """The maximal runs of word characters of ``text``, once per text and process."""
+    return frozenset(_RUN.findall(text))
+
+
+def _interior_words(value: str) -> frozenset[str]:
+    """The runs of word characters of ``value`` with a non-word character on both sides inside
+    it: wherever ``value`` occurs, each of them is a whole run there too (a cheap test before a
+    substring search; the first and last may be parts of longer words)."""
+    return frozenset(m.group() for m in _RUN.finditer(value) if 0 < m.start() and m.end() < len(value))
+
+
+@lru_cache(maxsize=4096)
+def _collapsed(text: str) -> str:
+    return normalize_docstring(text)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -435,7 +478,11 @@ class _Vocabulary:
 
     def common_literal(self, value: str) -> bool:
         """Whether ``value`` is (part of) a standard library literal, or one of its identifiers."""
-        return value in self.document_frequency or value in self.literals
+        if value in self.document_frequency:
+            return True
+        if len(value) > _LITERAL_CHARS or "\0" in value:
+            return False  # longer than any literal kept, or across two of them
+        return _interior_words(value) <= _runs(self.literals) and value in self.literals
 
     def rate(self, word: str) -> float:
         """The share of modules that hold ``word`` (smoothed: an unseen word is not impossible)."""
@@ -471,6 +518,8 @@ def _stdlib_vocabulary() -> _Vocabulary:
 
 
 _VOCABULARY_FORMAT = 2
+_LITERAL_CHARS = 80
+"""The longest standard library literal kept in the vocabulary."""
 _FOUND_IN_MAX = 64
 
 
@@ -480,7 +529,7 @@ def _read_stdlib_vocabulary(root: str) -> _Vocabulary:
     frequency: dict[str, int] = {}
     found_in: dict[str, list[int]] = {}
     literals: set[str] = set()
-    literal = re.compile(r"""'([^'\\\n]{1,80})'|"([^"\\\n]{1,80})\"""")
+    literal = re.compile(rf"""'([^'\\\n]{{1,{_LITERAL_CHARS}}})'|"([^"\\\n]{{1,{_LITERAL_CHARS}}})\"""")
     modules = 0
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = [s for s in subfolders if s not in skip]
@@ -552,7 +601,7 @@ def _visible_code(visible: Mapping[str, str], words: set[str]) -> Iterable[CodeT
     """Bytecode of the start state's Python files that hold a fingerprint word (the audit will
     see their ``.pyc``)."""
     for path, text in visible.items():
-        if not path.endswith(".py") or words.isdisjoint(_IDENTIFIER.findall(text)):
+        if not path.endswith(".py") or words.isdisjoint(_identifiers(text)):
             continue
         code = _compiled(path, text)
         if code is not None:

@@ -1,23 +1,29 @@
 """Unified diffs between states of a snapshot's tree, made and applied with git.
 
 A *state* is the snapshot plus ``changes``: a map from repo-relative path to its new text, or
-None for a deleted file. Diffs come from ``git diff`` so that ``git apply`` takes them back
-exactly; binary files never change here (removals touch Python sources only).
+None for a deleted file. Diffs come from git's own diff machinery so that ``git apply`` takes
+them back exactly; binary files never change here (removals touch Python sources only).
+
+States are compared as git trees (:class:`StateTrees`): a scratch index and object store laid
+over the snapshot's repository, which is only read. No checkout is written: a state costs one
+``update-index`` and one ``write-tree``, whatever the size of the repository.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from taskforge.errors import TaskforgeError
 
-__all__ = ["Changes", "apply_patch", "diff", "materialize"]
+__all__ = ["Changes", "StateTrees", "apply_patch", "diff", "materialize"]
 
 Changes = Mapping[str, str | None]
 
@@ -31,14 +37,14 @@ _GIT_ENV = {
 }
 
 
-def _git(repo: Path, *args: str, stdin: str | None = None) -> str:
+def _git(repo: Path, *args: str, stdin: str | None = None, env: Mapping[str, str] | None = None) -> str:
     proc = subprocess.run(
         ["git", "-c", "core.autocrlf=false", "-c", "core.quotepath=false", *args],
         cwd=repo,
         input=stdin,
         capture_output=True,
         text=True,
-        env={**os.environ, **_GIT_ENV},
+        env={**os.environ, **_GIT_ENV, **(env or {})},
         check=False,
     )
     if proc.returncode != 0:
@@ -70,20 +76,100 @@ def materialize(snapshot: Path, changes: Changes = {}) -> Iterator[Path]:
 
 def diff(snapshot: Path, old: Changes, new: Changes, *, paths: Callable[[str], bool] = lambda _: True) -> str:
     """The unified diff from state ``old`` to state ``new`` (both relative to the snapshot), limited to ``paths``."""
-    with materialize(snapshot, old) as work:
-        _git(work, "add", "-A")
-        _git(work, "commit", "-q", "--allow-empty", "--no-verify", "-m", "old")
-        for rel in sorted(set(old) | set(new)):
-            if rel in new:
-                _write(work, {rel: new[rel]})
-            elif rel in old:  # back to the snapshot's own file, which may be binary (a tracked .pyc)
-                _restore(snapshot, work, rel)
-        _git(work, "add", "-A")
-        selected = [rel for rel in sorted(set(old) | set(new)) if paths(rel)]
-        if not selected:
-            return ""
-        # --binary: a scrubbed binary file (a tracked .pyc) is deleted by a patch git can apply.
-        return _git(work, "diff", "--cached", "--binary", "--no-color", "--full-index", "HEAD", "--", *selected)
+    selected = [rel for rel in sorted(set(old) | set(new)) if paths(rel)]
+    if not selected:
+        return ""
+    with StateTrees(snapshot) as trees:
+        return trees.diff(trees.tree(old), trees.tree(new), selected)
+
+
+_NO_OBJECT = "0" * 40
+
+
+class StateTrees:
+    """Git trees of states of one snapshot, and diffs between them, in a scratch index and object
+    store: the snapshot's repository lends its objects (as an alternate) and is never written.
+
+    ``with StateTrees(snapshot) as trees: trees.diff(trees.tree(old), trees.tree(new), paths)``
+    gives the same bytes as committing ``old`` in a clone and diffing ``new`` against it, without
+    the clone and its checkout."""
+
+    def __init__(self, snapshot: Path) -> None:
+        self.snapshot = snapshot
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._env: dict[str, str] = {}
+        self._head: dict[str, tuple[str, str]] = {}
+        self._head_tree = ""
+
+    def __enter__(self) -> StateTrees:
+        self._tmp = tempfile.TemporaryDirectory(prefix="taskforge-trees-")
+        tmp = Path(self._tmp.name)
+        (tmp / "objects").mkdir()
+        git_dir = _git(self.snapshot, "rev-parse", "--absolute-git-dir").strip()
+        self._env = {
+            "GIT_DIR": git_dir,
+            "GIT_INDEX_FILE": str(tmp / "index"),
+            "GIT_OBJECT_DIRECTORY": str(tmp / "objects"),
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(Path(git_dir) / "objects"),
+            "GIT_LITERAL_PATHSPECS": "1",
+        }
+        self._head_tree = self._git("rev-parse", "HEAD^{tree}").strip()
+        for record in self._git("ls-tree", "-r", "-z", "--full-tree", self._head_tree).split("\0"):
+            if record:
+                meta, rel = record.split("\t", 1)
+                mode, _, sha = meta.split(" ")
+                self._head[rel] = (mode, sha)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def _git(self, *args: str, stdin: str | None = None) -> str:
+        return _git(self.snapshot, *args, stdin=stdin, env=self._env)
+
+    def _blob(self, text: str) -> str:
+        """Store ``text`` as a loose blob in the scratch store (git's own object format)."""
+        data = text.encode("utf-8")
+        raw = b"blob %d\0" % len(data) + data
+        if len(self._head_tree) != 40:  # a SHA-256 repository: let git hash it
+            return self._git("hash-object", "-w", "--no-filters", "--stdin", stdin=text).strip()
+        sha = hashlib.sha1(raw, usedforsecurity=False).hexdigest()
+        path = Path(self._env["GIT_OBJECT_DIRECTORY"]) / sha[:2] / sha[2:]
+        if not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(zlib.compress(raw, 1))
+        return sha
+
+    def tree(self, changes: Changes) -> str:
+        """The tree of the snapshot's commit with ``changes``."""
+        if not changes:
+            return self._head_tree
+        self._git("read-tree", self._head_tree)
+        records = []
+        for rel, text in sorted(changes.items()):
+            if text is None:
+                records.append(f"0 {_NO_OBJECT}\t{rel}\0")
+            else:
+                mode = self._head.get(rel, ("100644", ""))[0]
+                records.append(f"{mode if mode in ('100644', '100755') else '100644'} {self._blob(text)}\t{rel}\0")
+        self._git("update-index", "-z", "--index-info", stdin="".join(records))
+        return self._git("write-tree").strip()
+
+    def diff(self, old: str, new: str, paths: Sequence[str]) -> str:
+        """The unified diff from tree ``old`` to tree ``new``, limited to ``paths`` (all when empty)."""
+        # -M: renames found as ``git diff`` finds them; --binary: a scrubbed binary file (a
+        # tracked .pyc) is deleted by a patch git can apply.
+        return self._git("diff-tree", "-p", "-M", "--binary", "--no-color", "--full-index", old, new, "--", *paths)
+
+    def apply(self, tree: str, patch: str) -> str:
+        """The tree that ``git apply`` makes of ``tree`` with ``patch``."""
+        if not patch:
+            return tree
+        self._git("read-tree", tree)
+        self._git("apply", "--cached", "--whitespace=nowarn", "-", stdin=patch)
+        return self._git("write-tree").strip()
 
 
 def _restore(snapshot: Path, work: Path, rel: str) -> None:

@@ -95,19 +95,24 @@ def write_start_state(snapshot: Snapshot, changes: Mapping[str, str | None], des
             f.write(text)
         if (snapshot.path / rel).exists():
             shutil.copymode(snapshot.path / rel, target)
-    _git(dest, "init", "-q", "-b", "main")
-    _git(dest, "config", "core.logAllRefUpdates", "false")
+    # No template: no sample hooks or description to delete afterwards.
+    _git(dest, "init", "-q", "-b", "main", "--template=")
+    git_dir = dest / ".git"
+    config = (git_dir / "config").read_text(encoding="utf-8")  # no reflog (as `git config` would set it)
+    (git_dir / "config").write_text(config.replace("logallrefupdates = true", "logallrefupdates = false")
+                                    if "logallrefupdates = true" in config
+                                    else config + "[core]\n\tlogallrefupdates = false\n", encoding="utf-8")
     # Files the project ignores but tracks (force-added) stay tracked.
     _git(dest, "add", "-A", "-f", ".")
     _git(dest, "commit", "-q", "--no-verify", "--no-gpg-sign", "-m", "start state")
-    git_dir = dest / ".git"
     for leftover in ("logs", "hooks", "COMMIT_EDITMSG", "description", "ORIG_HEAD"):
         path = git_dir / leftover
         if path.is_dir():
             shutil.rmtree(path)
         elif path.exists():
             path.unlink()
-    return _git(dest, "rev-parse", "HEAD").strip()
+    head = git_dir / "refs" / "heads" / "main"
+    return head.read_text().strip() if head.is_file() else _git(dest, "rev-parse", "HEAD").strip()
 
 
 def _git(repo: Path, *args: str) -> str:
