@@ -766,8 +766,8 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                     evidence.add(i, ("docstring", docstring), "docstring", _short(docstring), STRONG, docstring)
         patterns = frozenset(task.test_patterns[n] for kind, n in passed if kind == _TEST)
         if patterns:
-            for found in (m.group() for m in _compiled_boundary_re(patterns, False).finditer(text)):
-                node_id = task.tests[found]
+            for pattern in (m.group() for m in _compiled_boundary_re(patterns, False).finditer(text)):
+                node_id = task.tests[pattern]
                 evidence.add(i, ("test", node_id), "test_id", node_id, STRONG, node_id)
 
 

@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Self
 
 from taskforge.errors import TaskforgeError
 
@@ -101,7 +102,7 @@ class StateTrees:
         self._head: dict[str, tuple[str, str]] = {}
         self._head_tree = ""
 
-    def __enter__(self) -> StateTrees:
+    def __enter__(self) -> Self:
         self._tmp = tempfile.TemporaryDirectory(prefix="taskforge-trees-")
         tmp = Path(self._tmp.name)
         (tmp / "objects").mkdir()
