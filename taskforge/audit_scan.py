@@ -1103,6 +1103,8 @@ class _Scanner:
         self.files = 0
         self.bytes = 0
         self.seen: set[tuple[int, int]] = set()
+        self.texts: dict[tuple[bytes, bool, bool], tuple[str, _Evidence | None]] = {}
+        """What each distinct text unit holds (its digest, whether its name says JSON or HTML)."""
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -1215,13 +1217,27 @@ class _Scanner:
     def _text(self, data: bytes, name: str, label: str, chain: tuple[str, ...]) -> None:
         lower = name.lower()
         is_json = lower.endswith(_TEXT_SUFFIXES_JSON) or data[:1] in (b"{", b"[")
-        if self.clean and not is_json and data in self.clean and not lower.endswith(_HTML_SUFFIXES):
+        is_html = lower.endswith(_HTML_SUFFIXES)
+        # Images hold the same text many times over (a package installed and inside the wheels
+        # virtualenv embeds; pip 24.0 and 24.2): what a text holds is worked out once, and each
+        # copy is reported where it lies.
+        key = (hashlib.blake2b(data, digest_size=16).digest(), is_json, is_html)
+        found = self.texts.get(key)
+        if found is None:
+            found = self.texts[key] = self._text_evidence(data, is_json=is_json, is_html=is_html)
+        kind, evidence = found
+        if evidence is not None:
+            self._report(label, (*chain, kind), evidence)
+
+    def _text_evidence(self, data: bytes, *, is_json: bool, is_html: bool) -> tuple[str, _Evidence | None]:
+        """(the text's kind, its evidence, None when there is none) of a text unit."""
+        if self.clean and not is_json and data in self.clean and not is_html:
             if data.decode("utf-8", "replace").lstrip()[:14].lower() not in ("<!doctype html", "<html"):
-                return  # a text the fingerprint was checked against, as plain text, already
+                return "text", None  # a text the fingerprint was checked against, as plain text, already
         words = _word_set(data, glued=is_json)
         gated: _Gated | None = self.index.gated(words)
         if not gated:
-            return
+            return "text", None
         text = data.decode("utf-8", "replace")
         evidence = _Evidence()
         kind = "text"
@@ -1234,14 +1250,13 @@ class _Scanner:
                 notebook = isinstance(document, dict) and "cells" in document and "nbformat" in document
                 kind = "notebook" if notebook else "json"
                 _match_text(self.index, "\n".join(_json_strings(document, self.index, evidence)), evidence)
-                self._report(label, (*chain, kind), evidence)
-                return
-        if lower.endswith(_HTML_SUFFIXES) or text.lstrip()[:14].lower() in ("<!doctype html", "<html"):
+                return kind, evidence if evidence.by_task else None
+        if is_html or text.lstrip()[:14].lower() in ("<!doctype html", "<html"):
             kind = "html"
             text = _strip_html(text)
             gated = None  # entities are decoded now
         _match_text(self.index, text, evidence, gated=gated, words=words)
-        self._report(label, (*chain, kind), evidence)
+        return kind, evidence if evidence.by_task else None
 
     def _binary(self, data: bytes, label: str, chain: tuple[str, ...], kind: str) -> None:
         gated = self.index.gated(_word_set(data, glued=True))

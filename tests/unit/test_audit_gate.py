@@ -48,3 +48,21 @@ def test_constants_docstrings_and_test_ids_need_every_word(tmp_path: Path) -> No
     assert found["docstring.txt"] == [docstring[:77] + "..."]  # values are shortened to 80 characters
     assert found["cache.json"] == [test_id]
     assert "scattered.txt" not in found, "every word, in another order: neither the constant nor the docstring"
+
+
+def test_every_copy_of_a_text_is_reported_where_it_lies(tmp_path: Path) -> None:
+    """The scanner works out what a text holds once, and reports each copy: on disk, in another
+    folder, and inside a zip archive."""
+    import zipfile
+
+    constant = "refusing to merge overlapping tile grids"
+    text = f"raise ValueError('{constant}')\n"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "copy.py").write_text(text)
+    (tmp_path / "b" / "copy.py").write_text(text)
+    with zipfile.ZipFile(tmp_path / "b" / "wheel.whl", "w") as archive:
+        archive.writestr("pkg/copy.py", text)
+    reply = scan({"fingerprints": {"task": _fingerprint(constants=[constant])}, "roots": [str(tmp_path)]})
+    paths = sorted(f["path"].removeprefix(str(tmp_path)) for f in reply["findings"]["task"])
+    assert paths == ["/a/copy.py", "/b/copy.py", "/b/wheel.whl!/pkg/copy.py"]
