@@ -36,6 +36,7 @@ def test_sources_files(tmp_path: Path) -> None:
     ({"out": "o", "sources": ["a"], "sandbox": {"memory": 1}}, r"\[sandbox\]"),
     ({"out": "o", "sources": ["a"], "ray": {"address": "nowhere"}}, "ray.address"),
     ({"out": "o", "sources": ["a"], "mine": {"max_tasks": 0}}, "max_tasks"),
+    ({"out": "o", "sources": ["a"], "mine": {"tracebacks": "long-ish"}}, "tracebacks must be one of auto"),
     ({"out": "o", "sources": ["a"], "candidates": {"strategies": ["delete"]}}, "strategies"),
     ({"out": "o"}, "no sources"),
     ({"sources": ["a"]}, "no `out`"),
