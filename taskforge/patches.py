@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import tempfile
 import zlib
@@ -84,9 +83,6 @@ def diff(snapshot: Path, old: Changes, new: Changes, *, paths: Callable[[str], b
         return trees.diff(trees.tree(old), trees.tree(new), selected)
 
 
-_NO_OBJECT = "0" * 40
-
-
 class StateTrees:
     """Git trees of states of one snapshot, and diffs between them, in a scratch index and object
     store: the snapshot's repository lends its objects (as an alternate) and is never written.
@@ -99,7 +95,8 @@ class StateTrees:
         self.snapshot = snapshot
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._env: dict[str, str] = {}
-        self._head: dict[str, tuple[str, str]] = {}
+        self._modes: dict[str, str] = {}
+        """path -> file mode in the snapshot's commit."""
         self._head_tree = ""
 
     def __enter__(self) -> Self:
@@ -118,8 +115,7 @@ class StateTrees:
         for record in self._git("ls-tree", "-r", "-z", "--full-tree", self._head_tree).split("\0"):
             if record:
                 meta, rel = record.split("\t", 1)
-                mode, _, sha = meta.split(" ")
-                self._head[rel] = (mode, sha)
+                self._modes[rel] = meta.split(" ", 1)[0]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -151,9 +147,9 @@ class StateTrees:
         records = []
         for rel, text in sorted(changes.items()):
             if text is None:
-                records.append(f"0 {_NO_OBJECT}\t{rel}\0")
+                records.append(f"0 {'0' * len(self._head_tree)}\t{rel}\0")  # the null id: remove
             else:
-                mode = self._head.get(rel, ("100644", ""))[0]
+                mode = self._modes.get(rel, "100644")
                 records.append(f"{mode if mode in ('100644', '100755') else '100644'} {self._blob(text)}\t{rel}\0")
         self._git("update-index", "-z", "--index-info", stdin="".join(records))
         return self._git("write-tree").strip()
@@ -171,15 +167,6 @@ class StateTrees:
         self._git("read-tree", tree)
         self._git("apply", "--cached", "--whitespace=nowarn", "-", stdin=patch)
         return self._git("write-tree").strip()
-
-
-def _restore(snapshot: Path, work: Path, rel: str) -> None:
-    source, target = snapshot / rel, work / rel
-    if source.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)
-    elif target.exists():
-        target.unlink()
 
 
 def apply_patch(snapshot: Path, changes: Changes, patch: str) -> dict[str, str | None]:
