@@ -95,11 +95,12 @@ class MineConfig:
     keep_flagged: bool = False
     """Keep tasks whose audit found remnants of the removed code (marked in ``audit``) instead of rejecting them."""
     tracebacks: str | None = None
-    """pytest's ``--tb`` in the validation runs (None: as the project configures pytest). Validation reads each test's outcome and the first
-    line of its message, which the JUnit report gives the same in every style, so ``line`` loses
-    nothing it uses, only the long tracebacks that help a person see why a candidate failed; and
-    those cost more CPU than the failing tests themselves (cachetools' suite with
-    ``TTLCache.expire`` removed, 55 tests failing: 6.2 s with ``auto``, 2.2 s with ``line``)."""
+    """pytest's ``--tb`` in the validation runs (None: as the project configures pytest).
+    Validation reads each test's outcome and the first line of its message, which the JUnit report
+    gives the same in every style, so ``line`` loses nothing it uses, only the long tracebacks that
+    help a person see why a candidate failed; and those cost more CPU than the failing tests
+    themselves (cachetools' suite with ``TTLCache.expire`` removed, 55 tests failing: 6.2 s of
+    CPU with ``auto``, 2.2 s with ``line``)."""
     candidates: CandidateConfig = field(default_factory=CandidateConfig)
 
     def __post_init__(self) -> None:
