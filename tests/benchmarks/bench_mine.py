@@ -1,6 +1,6 @@
 """Benchmark: validated tasks per CPU-minute, fast validation against the naive reference.
 
-    python -m tests.benchmarks.bench_mine [--projects cachetools,toolz,inflection] [--max-tasks 5] [--rounds 2]
+    python -m tests.benchmarks.bench_mine [--projects cachetools,glom,boltons] [--max-tasks 8] [--rounds 2]
 
 For each project both pipelines mine the same candidates in the same order (same seed) on the
 same environment image, baseline and index, interleaved project by project:
@@ -67,8 +67,8 @@ def _cpu_seconds() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--projects", default="cachetools,toolz,inflection")
-    parser.add_argument("--max-tasks", type=int, default=5)
+    parser.add_argument("--projects", default="cachetools,glom,boltons")
+    parser.add_argument("--max-tasks", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path("bench-mine.json"))
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
