@@ -482,7 +482,7 @@ class _Vocabulary:
             return True
         if len(value) > _LITERAL_CHARS or "\0" in value:
             return False  # longer than any literal kept, or across two of them
-        return _interior_words(value) <= _runs(self.literals) and value in self.literals
+        return value in self.literals
 
     def rate(self, word: str) -> float:
         """The share of modules that hold ``word`` (smoothed: an unseen word is not impossible)."""
