@@ -3,7 +3,11 @@
 Standalone (stdlib only): it is copied into the sandbox as ``/tmp/taskforge/driver.py`` and run
 as one exec per test run, which keeps a run to a single round trip:
 
-    python /tmp/taskforge/driver.py '<json request>' < changed-files.tar
+    python /tmp/taskforge/driver.py < request.json+changed-files.tar
+
+stdin is the request, as one line of JSON, then a tar of the files to write. The request travels on
+stdin, not in argv: a selection of a few thousand node ids is more than one argument may hold
+(Linux caps a single argument at 128 KiB: "argument list too long").
 
 A request may ask for the same run several times (one nonce each, ``nonces``): the repeats
 share the exec, and each starts from a fresh reset, with every process of the one before killed.
@@ -519,10 +523,10 @@ def _child(request, pytest):  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    if sys.argv[1] == "--fork-server":
+    if sys.argv[1:2] == ["--fork-server"]:
         _serve(int(sys.argv[2]))
         return
-    request = json.loads(sys.argv[1])
+    request = json.loads(sys.stdin.buffer.readline())
     payload = sys.stdin.buffer.read()
     replies = []
     for number, nonce in enumerate(request["nonces"]):

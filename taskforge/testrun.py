@@ -351,10 +351,11 @@ class SuiteRunner:
             "bytecode_cache": self.bytecode_cache,
             "fork_server": self.fork_server,
         }
-        payload = _tar(text_changes)
+        # One line of JSON, then the tar: a long selection does not fit in one argv entry.
+        payload = json.dumps(request).encode() + b"\n" + _tar(text_changes)
         started = time.monotonic()
         result = box.exec(
-            ["python", f"{_TOOL_DIR}/driver.py", json.dumps(request)],
+            ["python", f"{_TOOL_DIR}/driver.py"],
             timeout_s=self.timeout_s * repeats,
             workdir=WORKSPACE,
             stdin=payload,

@@ -204,6 +204,20 @@ def test_repeats_in_one_exec_are_independent_runs(tricky, backend) -> None:  # t
     assert hashes[0] != hashes[1]  # 16 cases agreeing across two interpreters: odds 2**-16
 
 
+def test_a_selection_larger_than_one_argument_runs(tricky, backend) -> None:  # type: ignore[no-untyped-def]
+    """A selection of thousands of ids (here 300 KiB) is more than one argv entry may hold (128
+    KiB on Linux); the request goes over stdin, and the selected tests run."""
+    from taskforge.testrun import SuiteRunner
+
+    snapshot, env = tricky
+    wanted = "tests/test_tricky.py::test_skipped"
+    padding = [f"tests/test_tricky.py::test_absent_{n:05d}[{'x' * 40}]" for n in range(5000)]
+    with SuiteRunner(snapshot, env, backend=backend) as runner:
+        run = runner.run(select=[wanted, *padding])
+    assert len(json.dumps(padding)) > 256 * 1024
+    assert set(run.results) == {wanted} and run.results[wanted].outcome == "skipped"
+
+
 def test_deleting_every_file_of_a_folder_removes_the_folder(tricky, backend) -> None:  # type: ignore[no-untyped-def]
     """As a checkout of the start state would: an empty `pkg.egg-info/` left behind still counts
     as an installed distribution (with no version)."""
