@@ -218,7 +218,7 @@ def audit_command(directory: Path) -> None:
 
     from taskforge.audit import AuditResult
     from taskforge.datasets import TASKS, DatasetWriter, read_manifest, run_versions
-    from taskforge.mine import Task
+    from taskforge.task import Task
     from taskforge.sandbox import open_backend
     from taskforge.validate import audit_tasks
 

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -52,6 +52,7 @@ from taskforge.statements import (
     removed_symbols,
 )
 from taskforge.symbols import SymbolIndex, build_index, is_test_path
+from taskforge.task import Task
 from taskforge.testrun import RunResult, SuiteRunner, require_test_files
 
 __all__ = ["MineConfig", "RepoResult", "Task", "is_test_file", "mine_repository"]
@@ -113,54 +114,6 @@ class MineConfig:
             raise ValueError(f"MineConfig.tracebacks must be one of {', '.join(_TRACEBACKS)}, got {self.tracebacks!r}")
         if "llm" in (self.agent, self.writer) and not self.llm.model:
             raise ValueError("llm.model must name the model when the agent or the writer is llm")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Task:
-    """One validated task. Field names follow SWE-bench where the concept exists."""
-
-    instance_id: str
-    repo: str
-    source: str
-    base_commit: str
-    """The start state's commit: a fresh repository with this one commit (taskforge.startstate)."""
-    source_commit: str
-    """The commit of the source snapshot the task was cut from."""
-    version: str
-    strategy: str
-    target: str
-    removed: tuple[str, ...]
-    patch: str
-    test_patch: str
-    removal_patch: str
-    problem_statement: str
-    FAIL_TO_PASS: tuple[str, ...]
-    PASS_TO_PASS: tuple[str, ...]
-    hidden_tests: tuple[str, ...]
-    image_name: str
-    environment: str
-    """The environment record, as JSON (import roots, installed wheels, dropped requirements)."""
-    lines_removed: int
-    """Lines of code the gold patch puts back."""
-    validation: str
-    """Validation details, as JSON: runs, durations, agent, writer."""
-    audit: str
-    """The leak audit, as JSON (taskforge.audit.AuditResult): findings, what was searched, time."""
-    seed: int
-    taskforge_version: str
-
-    def to_row(self) -> dict[str, Any]:
-        row = asdict(self)
-        for key in ("removed", "FAIL_TO_PASS", "PASS_TO_PASS", "hidden_tests"):
-            row[key] = list(row[key])
-        return row
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Task:
-        data = dict(row)
-        for key in ("removed", "FAIL_TO_PASS", "PASS_TO_PASS", "hidden_tests"):
-            data[key] = tuple(data[key])
-        return cls(**data)
 
 
 @dataclass(kw_only=True, slots=True)

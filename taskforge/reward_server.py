@@ -78,7 +78,7 @@ from typing import Any, Self, TextIO
 from urllib.parse import parse_qs, urlsplit
 
 from taskforge.errors import TaskforgeError
-from taskforge.mine import Task
+from taskforge.task import Task
 from taskforge.scorer import MODES, SCORER_VERSION, RewardMode, RewardResult, Scorer
 
 __all__ = [

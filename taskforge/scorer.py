@@ -47,7 +47,7 @@ from typing import Any, Self
 
 from taskforge.environment import Environment
 from taskforge.errors import SandboxError, TaskforgeError, TestRunError
-from taskforge.mine import Task
+from taskforge.task import Task
 from taskforge.patches import apply_patch, materialize
 from taskforge.rewards import (
     MODES,

@@ -16,7 +16,7 @@ from taskforge.datasets.schema import TASK_SCHEMA_VERSION, task_schema
 from taskforge.errors import TaskforgeError
 
 if TYPE_CHECKING:
-    from taskforge.mine import Task
+    from taskforge.task import Task
 
 __all__ = ["TASK_SCHEMA_VERSION", "read_shard", "read_tasks", "shard_paths", "task_schema", "write_shard"]
 
@@ -33,7 +33,7 @@ def read_shard(shard: Path) -> list[Task]:
 
     from taskforge.datasets.reader import check_shard_file
     from taskforge.datasets.schema import TASKS
-    from taskforge.mine import Task
+    from taskforge.task import Task
 
     check_shard_file(shard, TASKS)
     try:

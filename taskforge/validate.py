@@ -20,7 +20,7 @@ from taskforge.baseimage import BaseImage
 from taskforge.environment import build_environment
 from taskforge.errors import TaskforgeError
 from taskforge.fingerprint import Fingerprint
-from taskforge.mine import Task
+from taskforge.task import Task
 from taskforge.patches import apply_patch
 from taskforge.sandbox import SandboxBackend, SandboxLimits
 from taskforge.sources import Snapshot, fetch

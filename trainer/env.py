@@ -73,7 +73,7 @@ from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
 from trainer.chat import Message, ToolCall, Trajectory, Turn, parse_tool_call
 
 if TYPE_CHECKING:
-    from taskforge.mine import Task
+    from taskforge.task import Task
     from taskforge.reward_client import RewardClient
     from taskforge.rewards import RewardResult
     from taskforge.scorer import Scorer

@@ -3,7 +3,7 @@
     episodes = load_episodes(["datasets/sample", "s3://bucket/tasks"])
     train, validation = split_by_repository(episodes, 0.2, seed=0)
 
-An :class:`Episode` wraps one ``taskforge.mine.Task`` (the row exactly as the shard holds it) and
+An :class:`Episode` wraps one ``taskforge.task.Task`` (the row exactly as the shard holds it) and
 names what the trainer reads from it. The split keeps every repository on one side only, so that
 validation measures tasks from code the policy never trained on.
 """
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from taskforge.datasets.reader import read_tasks
 
 if TYPE_CHECKING:
-    from taskforge.mine import Task
+    from taskforge.task import Task
 
 __all__ = ["Episode", "load_episodes", "split_by_repository"]
 

@@ -2,7 +2,7 @@
 
     from taskforge import datasets
     table = datasets.open("out/").to_table()          # a pyarrow dataset, checked against manifest.json
-    tasks = datasets.read_tasks("out/")               # taskforge.mine.Task objects
+    tasks = datasets.read_tasks("out/")               # taskforge.task.Task objects
 
 A dataset folder holds one kind of rows (``schema.TASKS`` or ``schema.REWARDS``): zstd Parquet
 shards and ``manifest.json``, which lists each shard with its row count and sha256, the schema

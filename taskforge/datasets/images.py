@@ -41,7 +41,7 @@ from taskforge.errors import TaskforgeError
 if TYPE_CHECKING:
     from taskforge.audit import AuditResult
     from taskforge.fingerprint import Fingerprint
-    from taskforge.mine import Task
+    from taskforge.task import Task
     from taskforge.sandbox import SandboxBackend, SandboxLimits
 
     class ImageBackend(SandboxBackend, Protocol):

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import pyarrow.dataset as pads
     import pyarrow.fs as pafs
 
-    from taskforge.mine import Task
+    from taskforge.task import Task
 
 __all__ = ["check_listed", "check_shard_file", "open", "read_rows", "read_tasks", "shard_files", "verify", "visible_shards"]
 
@@ -190,7 +190,7 @@ def read_rows(target: Path | str, *, digests: bool = True) -> list[dict[str, Any
 
 def read_tasks(target: Path | str) -> list[Task]:
     """Every task of a task folder (or URI), in manifest order."""
-    from taskforge.mine import Task
+    from taskforge.task import Task
 
     manifest = _remote_manifest(str(target))[2] if is_uri(target) else read_manifest(Path(target))
     if manifest.kind != "tasks":

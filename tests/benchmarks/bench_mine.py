@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 from taskforge.baseimage import current_base
-from taskforge.mine import MineConfig, Task, mine_repository
+from taskforge.mine import MineConfig, mine_repository
+from taskforge.task import Task
 from taskforge.sandbox import open_backend
 from tests.corpus import corpus
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from taskforge.datasets import read_tasks
 from taskforge.environment import Environment
-from taskforge.mine import Task
+from taskforge.task import Task
 from taskforge.patches import apply_patch
 from taskforge.sandbox import SandboxBackend, SandboxLimits, open_backend
 from taskforge.scorer import RewardResult, Scorer

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.mine import Task
+from taskforge.task import Task
 from taskforge.patches import apply_patch, diff
 from taskforge.sandbox import SandboxLimits
 from taskforge.scorer import Scorer

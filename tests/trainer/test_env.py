@@ -16,7 +16,7 @@ import pytest
 
 from taskforge.baseimage import BaseImage
 from taskforge.environment import build_environment
-from taskforge.mine import Task
+from taskforge.task import Task
 from taskforge.patches import apply_patch
 from taskforge.reward_client import RewardClient
 from taskforge.reward_server import RewardServer, ServerConfig

@@ -44,11 +44,11 @@ def test_the_arrow_schema_carries_kind_version_and_descriptions(kind) -> None:  
 
 
 def test_task_rows_are_what_the_miner_writes() -> None:
-    """taskforge.mine.Task.to_row gives exactly the task columns, with types the schema takes."""
+    """taskforge.task.Task.to_row gives exactly the task columns, with types the schema takes."""
     from dataclasses import fields
 
     from taskforge.datasets.testing import task_rows
-    from taskforge.mine import Task
+    from taskforge.task import Task
 
     assert [f.name for f in fields(Task)] == TASKS.schema().names
     task = Task.from_row(task_rows(1)[0])
