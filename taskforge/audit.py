@@ -83,14 +83,17 @@ def audit_start_state(
     visible: Mapping[str, str],
     strategy: str,
     test_ids: Sequence[str],
+    interfaces: frozenset[str] = frozenset(),
 ) -> tuple[Fingerprint, AuditResult]:
     """Fingerprint what the task removed and scan its start state (``start_dir``, .git included).
 
     ``before``/``after``: the changed files' original and start-state texts; ``visible``: every
-    text file of the start state (what the fingerprint must not contain).
+    text file of the start state (what the fingerprint must not contain); ``interfaces``: names
+    the environment's dependencies define (``taskforge.fingerprint.interface_names``).
     """
     started = time.monotonic()
-    fingerprint = build_fingerprint(before=before, after=after, visible=visible, strategy=strategy, test_ids=test_ids)
+    fingerprint = build_fingerprint(before=before, after=after, visible=visible, strategy=strategy, test_ids=test_ids,
+                                    interfaces=interfaces)
     # The start state's texts were checked already (the fingerprint holds nothing found in them):
     # only what else lies there is read, git's objects and any file that is not plain text.
     clean = [text.encode("utf-8") for path, text in visible.items() if path != _FILE_LIST]
@@ -106,7 +109,8 @@ def audit_start_state(
 
 
 def audit_task_state(
-    *, source_dir: Path, start_dir: Path, start_changes: Mapping[str, str | None], strategy: str, test_ids: Sequence[str]
+    *, source_dir: Path, start_dir: Path, start_changes: Mapping[str, str | None], strategy: str, test_ids: Sequence[str],
+    interfaces: frozenset[str] = frozenset(),
 ) -> tuple[Fingerprint, AuditResult]:
     """:func:`audit_start_state` for a start state written from ``source_dir`` with ``start_changes``."""
     changed = [p for p in start_changes if not is_scrubbed(p)]
@@ -122,6 +126,7 @@ def audit_task_state(
         visible=visible,
         strategy=strategy,
         test_ids=test_ids,
+        interfaces=interfaces,
     )
 
 

@@ -17,6 +17,11 @@ legitimately see, and little an unrelated project is likely to contain:
   find there is dropped, so the two sides cannot disagree about what is visible.
 * no name, signature or constant that the Python standard library also uses (``close``,
   ``"Content-Type"``): a third-party package in the sandbox could use it just as well.
+* no name or signature that a dependency of the environment defines (its wheels, see
+  :func:`interface_names`): a hook implementation matches the hookspec that declares it
+  (``def pytest_generate_tests(metafunc)`` is in pytest), a method that overrides a dependency's
+  base class matches the base. That is an interface, not a copy; nor does such a name anchor an
+  n-gram on its own.
 * nothing too small to tell apart: constants under six characters, docstrings under 24, items
   without a word of five characters or more (the audit's prefilter needs one), n-grams that hold
   only keywords, operators and common names.
@@ -56,7 +61,7 @@ from taskforge.audit_scan import (
     token_words,
 )
 
-__all__ = ["DEFAULT_NGRAM", "STRATEGIES", "Fingerprint", "build_fingerprint"]
+__all__ = ["DEFAULT_NGRAM", "STRATEGIES", "Fingerprint", "build_fingerprint", "interface_names"]
 
 DEFAULT_NGRAM = 12
 """Twelve normalized tokens (about one and a half lines of code): long enough that an unrelated
@@ -555,6 +560,47 @@ def _read_stdlib_vocabulary(root: str) -> _Vocabulary:
                        found_in=found_in)
 
 
+_DEFINITION = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+_INTERFACES_FORMAT = 1
+
+
+def interface_names(wheelhouse: str | os.PathLike[str]) -> frozenset[str]:
+    """Every function and class name defined in the Python files of the wheels in ``wheelhouse``
+    (the environment's dependencies, which the image installs): the interfaces a project may
+    implement or override. Read once per set of wheels and kept in the cache folder; an absent
+    wheelhouse (a task audited on another machine) gives none, which only makes the audit stricter."""
+    import zipfile
+
+    from taskforge.paths import cache_root
+
+    folder = os.fspath(wheelhouse)
+    try:
+        wheels = sorted(name for name in os.listdir(folder) if name.endswith(".whl"))
+    except OSError:
+        return frozenset()
+    key = hashlib.sha256("\0".join([str(_INTERFACES_FORMAT), *wheels]).encode()).hexdigest()[:16]
+    stored = cache_root() / "audit" / f"interfaces-{key}.json"
+    try:
+        return frozenset(json.loads(stored.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        pass
+    names: set[str] = set()
+    for wheel in wheels:
+        try:
+            with zipfile.ZipFile(os.path.join(folder, wheel)) as archive:
+                for member in archive.namelist():
+                    if member.endswith(_PYTHON_SUFFIXES):
+                        names.update(_DEFINITION.findall(archive.read(member).decode("utf-8", "replace")))
+        except (OSError, zipfile.BadZipFile):
+            continue  # an unreadable wheel would not install either
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".interfaces-", dir=stored.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(sorted(names), handle)
+    os.replace(tmp, stored)
+    return frozenset(names)
+
+
 def _cut_docstring(docstring: str) -> str:
     text = normalize_docstring(docstring)
     if len(text) <= DOCSTRING_CHARS:
@@ -567,7 +613,9 @@ def _token_words(token: str) -> tuple[str, ...]:
     return tuple(token_words(token))
 
 
-def _ngram_anchor(words: set[str], vocabulary: _Vocabulary, state: _StartState) -> tuple[str, ...] | None:
+def _ngram_anchor(
+    words: set[str], vocabulary: _Vocabulary, state: _StartState, interfaces: frozenset[str] = frozenset()
+) -> tuple[str, ...] | None:
     """Every word of an n-gram, rarest first, if the rarest is the project's own name, or if files
     holding its :data:`ANCHOR_WORDS` rarest are rare enough (:data:`MAX_ANCHOR_RATE`, as if the
     words were independent) and no standard library module holds them all (they are not an
@@ -576,7 +624,7 @@ def _ngram_anchor(words: set[str], vocabulary: _Vocabulary, state: _StartState) 
     rate = 1.0
     for word in ranked[:ANCHOR_WORDS]:
         rate *= vocabulary.rate(word)
-    if ranked and (_own_name(ranked[0], vocabulary)
+    if ranked and ((_own_name(ranked[0], vocabulary) and ranked[0] not in interfaces)
                    or (rate <= MAX_ANCHOR_RATE and not vocabulary.co_occur(ranked[:ANCHOR_WORDS]))):
         # All of the n-gram's words: a unit lacking any of them cannot hold it, and the audit
         # tokenizes only units that hold every word of some anchor.
@@ -628,6 +676,7 @@ def build_fingerprint(
     strategy: str,
     test_ids: Sequence[str] = (),
     n: int = DEFAULT_NGRAM,
+    interfaces: frozenset[str] = frozenset(),
 ) -> Fingerprint:
     """The fingerprint of what the task removed.
 
@@ -635,6 +684,7 @@ def build_fingerprint(
     tests). ``after``: the same paths -> start-state text, None for a deleted file (a missing path
     counts as deleted). ``visible``: every text file of the clean start state. ``strategy``: the
     removal strategy (``body``, ``symbol``, ``module``). ``test_ids``: the hidden FAIL_TO_PASS ids.
+    ``interfaces``: names the environment's dependencies define (:func:`interface_names`).
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -661,7 +711,7 @@ def build_fingerprint(
 
     ngrams: dict[int, tuple[str, ...]] = {}
     for h, words in windows.items():
-        anchor = _ngram_anchor(words, vocabulary, state)
+        anchor = _ngram_anchor(words, vocabulary, state, interfaces)
         if anchor is not None:
             ngrams[h] = anchor
 
@@ -673,7 +723,8 @@ def build_fingerprint(
     bodies: dict[str, set[str]] = {}
     for loss in losses:
         for name in loss.names:
-            if len(name) >= MIN_WORD and name not in state.identifiers and name not in common_identifiers:
+            if (len(name) >= MIN_WORD and name not in state.identifiers and name not in common_identifiers
+                    and name not in interfaces):
                 names.add(name)
         for name in loss.dotted:
             path_form = "/".join(name.split(".")) + ".py"
@@ -681,7 +732,8 @@ def build_fingerprint(
                 dotted.add(name)
         for signature in loss.signatures:
             parsed = parse_signature(signature)
-            if parsed is not None and parsed[0] not in common_identifiers and anchor_word(signature):
+            if (parsed is not None and parsed[0] not in common_identifiers and parsed[0] not in interfaces
+                    and anchor_word(signature)):
                 signatures.add(signature)
         for value in loss.constants:
             text = value.strip()

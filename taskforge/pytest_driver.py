@@ -44,7 +44,8 @@ serves the later runs of the container; one whose interpreter settings (``PYTHON
 differ from a run's is replaced.
 
 It prints a JSON list with one object per run: pytest's exit code, the tail of its output, the
-JUnit report, the resource limits the run ran into and, if asked, the coverage map and the modules
+JUnit report, the resource limits the run ran into, which interpreter ran pytest (``fork``, or
+``new`` with why no fork server served it) and, if asked, the coverage map and the modules
 that failed to import. Then it kills every other process of the sandbox user (``kill(-1)``, which
 spares PID 1 and the caller), so nothing a test started outlives the run: the same reap the
 sandbox layer does after an exec, done here to save an exec per run. pytest's own output goes to
@@ -214,8 +215,12 @@ def _run(request, nonce, imports):  # type: ignore[no-untyped-def]
     before = _limit_counters()
     returncode = None
     open(OUTPUT, "wb").close()  # nothing of an earlier run's output may pass for this one's
+    interpreter = "none"
     if request.get("pytest", True) and _may_fork(request):
         returncode = _forked_pytest(args, env)
+        interpreter = "fork" if returncode is not None else "new (%s)" % (_REFUSED[0] or "no fork server")
+    elif request.get("pytest", True):
+        interpreter = "new"
     if request.get("pytest", True) and returncode is None:
         with open(OUTPUT, "wb") as out:
             returncode = subprocess.run(
@@ -245,6 +250,7 @@ def _run(request, nonce, imports):  # type: ignore[no-untyped-def]
         "import_errors": import_errors,
         "limits_hit": sorted(name for name in after if after[name] > before[name]),
         "seconds": time.monotonic() - started,
+        "interpreter": interpreter,
     }
 
 
@@ -329,13 +335,19 @@ def _server_pids():  # type: ignore[no-untyped-def]
     return pids
 
 
+_REFUSED = [None]
+"""Why the last fork server asked for did not serve (its refusal), for the run's reply."""
+
+
 def _server(slot, env):  # type: ignore[no-untyped-def]
     """The socket of a live fork server in ``slot`` started with ``env``'s interpreter settings
     (started now if need be), or None if it refuses to serve this workspace."""
     wanted = _interpreter_env(env)
     state = _read_state(slot)
+    _REFUSED[0] = None
     if state is not None and state.get("env") == wanted:
         if state.get("refused"):
+            _REFUSED[0] = state["refused"]
             return None
         if os.path.exists("/proc/%d" % state["pid"]):
             return SERVER_SOCKET % slot
@@ -357,8 +369,10 @@ def _server(slot, env):  # type: ignore[no-untyped-def]
     while time.monotonic() < deadline:
         state = _read_state(slot)
         if state is not None:
+            _REFUSED[0] = state.get("refused")
             return None if state.get("refused") else SERVER_SOCKET % slot
         time.sleep(0.005)
+    _REFUSED[0] = "did not start within %d s" % SERVER_START_S
     return None
 
 

@@ -52,22 +52,25 @@ def mine_one(source: str, config: MineConfig, limits: SandboxLimits,
     from taskforge.baseimage import current_base
     from taskforge.mine import mine_repository
     from taskforge.sandbox import open_backend
+    from taskforge.scorer import Scorer
 
     started = time.monotonic()
     worker = f"{os.uname().nodename}:{os.getpid()}"
     try:
         backend = open_backend("docker")
         backend.gc()  # sandboxes a killed worker on this host left behind
-        result = mine_repository(source, config=config, backend=backend, base=current_base(backend), limits=limits,
-                                 on_candidate=on_candidate)
+        with Scorer(backend=backend, limits=limits, timeout_s=config.timeout_s) as scorer:
+            result = mine_repository(source, config=config, backend=backend, base=current_base(backend), limits=limits,
+                                     on_candidate=on_candidate, scorer=scorer)
     except TaskforgeError as err:
         return RepoOutcome(source=source, failure=f"{err} [{err.reason}]", reason=err.reason, worker=worker,
                            seconds=time.monotonic() - started)
     summary = {
         "source": source, "candidates": result.candidates, "attempted": result.attempted,
-        "tasks": len(result.tasks), "rejections": dict(result.rejections),
+        "tasks": len(result.tasks), "rejections": dict(result.rejections), "rejected": result.rejected,
         "strategies": dict(Counter(t.strategy for t in result.tasks)),
         "stage_s": {k: round(v, 2) for k, v in result.stage_s.items()}, "runs": result.runs,
+        "tests": result.tests, "passing": result.passing, "seed_dependent": result.seed_dependent, "fork_server": result.fork_server,
     }
     if result.tasks:
         summary["prefix"] = f"tasks-{result.tasks[0].repo}-{result.tasks[0].source_commit[:12]}-s{config.seed}"

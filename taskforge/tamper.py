@@ -20,7 +20,7 @@ Policy, in one place (``Rules``):
 
 | change | verdict |
 |---|---|
-| edit or delete of a file that holds a FAIL_TO_PASS/PASS_TO_PASS test, or that test_patch touches | tamper |
+| edit or delete of a file that holds a FAIL_TO_PASS/PASS_TO_PASS test (not a module's doctest), or that test_patch touches | tamper |
 | delete of any existing test file | tamper |
 | a new test file, or an edit of another test file | drop |
 | any ``conftest.py``; ``pytest.ini``; the pytest section of setup.cfg, tox.ini or pyproject.toml | tamper |
@@ -42,6 +42,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Literal
+
+from taskforge.task import is_doctest_id
 
 __all__ = [
     "Finding",
@@ -80,11 +82,14 @@ class TestPaths:
     __test__ = False  # not a pytest class
 
     protected: frozenset[str]
-    """Files holding a FAIL_TO_PASS or PASS_TO_PASS test, and files the test_patch touches."""
+    """Files holding a FAIL_TO_PASS or PASS_TO_PASS test, and files the test_patch touches; not
+    the modules whose doctests are tests (``taskforge.task.is_doctest_id``): they are source,
+    which the candidate writes (the gold patch may well restore one)."""
 
     @classmethod
     def of(cls, test_ids: Iterable[str], test_patch_paths: Iterable[str]) -> TestPaths:
-        return cls(protected=frozenset({t.split("::", 1)[0] for t in test_ids} | set(test_patch_paths)))
+        files = {t.split("::", 1)[0] for t in test_ids if not is_doctest_id(t)}
+        return cls(protected=frozenset(files | set(test_patch_paths)))
 
 
 def _pytest_section_changed(rel: str, before: str | None, after: str | None) -> bool | None:

@@ -9,9 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from pathlib import PurePosixPath
+from typing import Any, Protocol
 
-__all__ = ["Task"]
+__all__ = ["Task", "TaskScorer", "Verdict", "is_doctest_id"]
+
+
+def is_doctest_id(nodeid: str) -> bool:
+    """Whether a node id names a doctest of a Python module (``pkg/mod.py::pkg.mod.func``,
+    ``mod.py::mod`` for a module docstring): its second part is a dotted name, or the module's
+    own name, where a test function's is an identifier starting with ``test``.
+
+    Doctests are tests, but their module is source: the candidate writes it, so they are never
+    FAIL_TO_PASS, and a file holding them is not a test file. Doctests of text files
+    (``README.rst::README.rst``) are neither: those files are tests alone.
+    """
+    path, sep, name = nodeid.partition("::")
+    if not sep or "::" in name or not path.endswith(".py"):
+        return False
+    name = name.split("[", 1)[0]
+    return "." in name or (name == PurePosixPath(path).stem and not name.startswith("test"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,3 +77,19 @@ class Task:
         for key in ("removed", "FAIL_TO_PASS", "PASS_TO_PASS", "hidden_tests"):
             data[key] = tuple(data[key])
         return cls(**data)
+
+
+class Verdict(Protocol):
+    """What a scorer says of one patch (``taskforge.rewards.RewardResult`` is one)."""
+
+    status: str
+    reward: float
+    detail: str
+    fail_to_pass: dict[str, str]
+    pass_to_pass: dict[str, str]
+
+
+class TaskScorer(Protocol):
+    """Scores a patch against a task (``taskforge.scorer.Scorer`` is one)."""
+
+    def score(self, task: Task, patch: str) -> Verdict: ...

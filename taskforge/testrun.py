@@ -126,6 +126,9 @@ class RunResult:
     """The report's ``<testsuite>`` properties."""
     limits_hit: tuple[str, ...] = ()
     """Resource limits the run ran into: ``oom``, ``pids_limit``."""
+    interpreter: str = ""
+    """What ran pytest: ``fork`` (a child of the container's fork server), ``new`` (a new
+    interpreter; with why no fork server served it, where one was asked for), or "" (unknown)."""
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(r.outcome for r in self.results.values()))
@@ -304,6 +307,7 @@ class SuiteRunner:
         pytest: bool = True,
         env: Mapping[str, str] | None = None,
         python_args: Sequence[str] = (),
+        fork_server: bool | None = None,
     ) -> RunResult:
         """Run pytest on the snapshot with ``changes`` (path → new text, None = deleted) applied.
 
@@ -311,10 +315,12 @@ class SuiteRunner:
         the project's packages it executed (``RunResult.coverage``); ``imports`` are modules to
         import before pytest runs (failures land in ``RunResult.import_errors``); ``pytest=False``
         makes the run an import check alone. ``env`` adds to pytest's environment; ``python_args``
-        go to the interpreter (before ``-m pytest``).
+        go to the interpreter (before ``-m pytest``); ``fork_server`` overrides the runner's choice
+        for this run (False: a new interpreter, as every fresh container has).
         """
         return self.run_repeated(changes=changes, select=select, coverage=coverage, imports=imports,
-                                 extra_args=extra_args, pytest=pytest, env=env, python_args=python_args, repeats=1)[0]
+                                 extra_args=extra_args, pytest=pytest, env=env, python_args=python_args, repeats=1,
+                                 fork_server=fork_server)[0]
 
     def run_repeated(
         self,
@@ -328,6 +334,7 @@ class SuiteRunner:
         pytest: bool = True,
         env: Mapping[str, str] | None = None,
         python_args: Sequence[str] = (),
+        fork_server: bool | None = None,
     ) -> list[RunResult]:
         """:meth:`run`, ``repeats`` times in one exec: each repeat starts from a fresh reset of the
         same state, after every process of the one before was killed. ``imports`` are checked
@@ -349,7 +356,7 @@ class SuiteRunner:
             "imports": list(imports),
             "pytest": pytest,
             "bytecode_cache": self.bytecode_cache,
-            "fork_server": self.fork_server,
+            "fork_server": self.fork_server if fork_server is None else fork_server,
         }
         # One line of JSON, then the tar: a long selection does not fit in one argv entry.
         payload = json.dumps(request).encode() + b"\n" + _tar(text_changes)
@@ -386,7 +393,7 @@ class SuiteRunner:
         run = _run_result(reply["exit_code"], report, reply["output_tail"], duration,
                           timed_out=False, oom="oom" in reply["limits_hit"], truncated=truncated)
         run = replace(run, has_report=report is not None, properties=report.properties if report else (),
-                      limits_hit=tuple(reply["limits_hit"]))
+                      limits_hit=tuple(reply["limits_hit"]), interpreter=reply.get("interpreter", ""))
         if reply["import_errors"]:
             run = replace(run, import_errors=dict(reply["import_errors"]))
         if reply["coverage"] is not None:

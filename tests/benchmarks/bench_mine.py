@@ -30,6 +30,7 @@ from taskforge.baseimage import current_base
 from taskforge.mine import MineConfig, mine_repository
 from taskforge.task import Task
 from taskforge.sandbox import open_backend
+from taskforge.scorer import Scorer
 from tests.corpus import corpus
 
 
@@ -75,6 +76,7 @@ def main() -> None:
     args = parser.parse_args()
     backend = open_backend("docker")
     base = current_base(backend)
+    scorer = Scorer(backend=backend)
     config = MineConfig(max_tasks=args.max_tasks, max_attempts=args.max_tasks * 4, seed=0)
     report: dict[str, dict[str, object]] = {}
     totals = {"fast": [0, 0.0, 0.0], "naive": [0, 0.0, 0.0]}
@@ -86,10 +88,12 @@ def main() -> None:
         for name in args.projects.split(","):
             source = corpus()[name].source
             if round_ == 0:  # warm caches: the environment image, the wheels
-                mine_repository(source, config=MineConfig(max_tasks=1, max_attempts=1), backend=backend, base=base)
+                mine_repository(source, config=MineConfig(max_tasks=1, max_attempts=1), backend=backend, base=base,
+                                scorer=scorer)
             for mode in ("fast", "naive"):
                 cpu0, wall0 = _cpu_seconds(), time.monotonic()
-                result = mine_repository(source, config=config, backend=backend, base=base, naive=mode == "naive")
+                result = mine_repository(source, config=config, backend=backend, base=base, naive=mode == "naive",
+                                         scorer=scorer)
                 cpu, wall = _cpu_seconds() - cpu0, time.monotonic() - wall0
                 cpu_rounds.setdefault((name, mode), []).append(cpu)
                 wall_rounds.setdefault((name, mode), []).append(wall)
@@ -137,6 +141,7 @@ def main() -> None:
     ratios = [a / v for _, v, a in audits]
     if ratios:
         print(f"audit time / validation time per task: median {statistics.median(ratios):.1%}, max {max(ratios):.1%}")
+    scorer.close()
     args.out.write_text(json.dumps({"projects": report, "speedup": round(fast / naive, 2),
                                     "audit": [{"instance_id": i, "validation_s": v, "audit_s": a} for i, v, a in audits]},
                                    indent=2))

@@ -14,6 +14,7 @@ import pytest
 from taskforge.llm import LLMConfig
 from taskforge.llm_scripted import Script, ScriptedChatServer
 from taskforge.mine import MineConfig, mine_repository
+from taskforge.scorer import Scorer
 from taskforge.patches import diff
 from taskforge.removal import LibcstRemovalAgent
 from taskforge.sources import fetch
@@ -40,7 +41,8 @@ def test_the_llm_agent_and_writer_mine_valid_tasks(source, fixture, expected, ba
                         input_cost_per_1m=1.0, output_cost_per_1m=4.0, trajectories_dir=str(trajectories))
         # The ranking's first four candidates: two were recorded, the other two get a give_up.
         config = MineConfig(agent="llm", writer="llm", llm=llm, max_tasks=2, max_attempts=4, seed=0)
-        result = mine_repository(source, config=config, backend=backend, base=base_image)
+        with Scorer(backend=backend) as scorer:
+            result = mine_repository(source, config=config, backend=backend, base=base_image, scorer=scorer)
     assert {(t.strategy, t.target) for t in result.tasks} == expected
     assert result.rejections == Counter({"removal_not_applicable": 2})
     assert set(server.authorizations) == {"Bearer sk-test-not-a-real-key"}
@@ -88,7 +90,9 @@ def test_llm_failures_reject_their_candidate_with_the_reason(backend, base_image
         llm = LLMConfig(base_url=server.base_url, model="scripted-model", max_turns=3, timeout_s=0.5, max_retries=1,
                         backoff_s=0.05)
         config = MineConfig(agent="llm", llm=llm, max_tasks=1, max_attempts=5, seed=0)
-        result = mine_repository("pypi:iniconfig==2.3.1", config=config, backend=backend, base=base_image)
+        with Scorer(backend=backend) as scorer:
+            result = mine_repository("pypi:iniconfig==2.3.1", config=config, backend=backend, base=base_image,
+                                     scorer=scorer)
     assert result.tasks == [] and result.attempted == 5
     assert result.rejections == Counter({"llm_budget_exhausted": 1, "llm_timeout": 1, "llm_malformed_output": 1,
                                          "llm_server_error": 1, "removal_not_applicable": 1})

@@ -136,12 +136,14 @@ def test_one_line_tracebacks_validate_the_same_tasks(backend, base_image) -> Non
     """``tracebacks = "line"`` only shortens what pytest prints about the failing tests: the same
     candidates become the same tasks, with the same tests, as with the project's own style."""
     from taskforge.mine import MineConfig, mine_repository
+    from taskforge.scorer import Scorer
 
-    results = [
-        mine_repository("pypi:addict==2.4.0", config=MineConfig(max_tasks=2, max_attempts=8, seed=0, tracebacks=style),
-                        backend=backend, base=base_image)
-        for style in (None, "line")
-    ]
+    with Scorer(backend=backend) as scorer:
+        results = [
+            mine_repository("pypi:addict==2.4.0", config=MineConfig(max_tasks=2, max_attempts=8, seed=0, tracebacks=style),
+                            backend=backend, base=base_image, scorer=scorer)
+            for style in (None, "line")
+        ]
     tasks = [[(t.instance_id, t.FAIL_TO_PASS, t.PASS_TO_PASS, t.patch, t.test_patch) for t in r.tasks] for r in results]
     assert len(tasks[0]) == 2 and tasks[0] == tasks[1]
     assert results[0].rejections == results[1].rejections
