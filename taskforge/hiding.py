@@ -58,7 +58,8 @@ import libcst as cst
 
 from taskforge.errors import TaskforgeError
 from taskforge.removal import StatementRemover
-from taskforge.symbols import dotted_name, is_test_path, parse_source, read_source, render_module
+from taskforge.symbols import dotted_name, parse_source, read_source, render_module
+from taskforge.testfiles import DEFAULT_LAYOUT, TestLayout
 
 __all__ = ["ClassIndex", "hide_tests"]
 
@@ -294,8 +295,10 @@ class ClassIndex:
     """The repository's Python files, parsed on demand, and their classes' bases resolved through
     the files' imports (see the module docstring)."""
 
-    def __init__(self, repo: Path) -> None:
+    def __init__(self, repo: Path, *, layout: TestLayout = DEFAULT_LAYOUT) -> None:
+        """``layout``: which files are tests (the project's pytest configuration)."""
         self.repo = repo
+        self.layout = layout
         self._modules: dict[str, _Module] = {}
         self._mros: dict[_ClassRef, tuple[_ClassRef | str, ...]] = {}
         self._names_twice: dict[str, set[str]] = {}
@@ -327,7 +330,7 @@ class ClassIndex:
         definer, *shadowed = definers
         if shadowed:
             raise _unhideable(f"{nodeid}: deleting {definer}::{name} would let {shadowed[0]}::{name} take its place")
-        if definer.path != path and not is_test_path(PurePosixPath(definer.path)):
+        if definer.path != path and not self.layout.is_test_file(definer.path):
             raise _unhideable(f"{nodeid}: inherited from {definer}, which is not test code")
         return definer.path, (*definer.qualname, name)
 

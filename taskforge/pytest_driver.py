@@ -24,6 +24,8 @@ The request says:
 - ``imports``: modules to import first (before the first run), in one fresh interpreter; those
   that fail are reported;
 - ``pytest``: false to skip pytest (an import check alone);
+- ``layout``: pytest only configures itself and the plugin reports its ``python_files`` and
+  ``testpaths`` (nothing is collected);
 - ``nonces``: one per run; each run's JUnit report must carry its own;
 - ``bytecode_cache``: false for a container that serves one run (the scorer's): then the image's
   own precompiled bytecode is used and nothing is written, instead of compiling everything again
@@ -67,6 +69,7 @@ TOOL_DIR = "/tmp/taskforge"
 REPORT = TOOL_DIR + "/report.xml"
 COVERAGE = TOOL_DIR + "/coverage.json"
 SELECT = TOOL_DIR + "/select.json"
+LAYOUT = TOOL_DIR + "/layout.json"
 OUTPUT = TOOL_DIR + "/output.txt"
 SERVER_SOCKET = TOOL_DIR + "/fork-server-%d.sock"
 SERVER_STATE = TOOL_DIR + "/fork-server-%d.json"
@@ -187,7 +190,7 @@ def _apply(request, payload):  # type: ignore[no-untyped-def]
         while parent != WORKSPACE and os.path.isdir(parent) and not os.listdir(parent):
             os.rmdir(parent)
             parent = os.path.dirname(parent)
-    for stale in (REPORT, COVERAGE, SELECT):
+    for stale in (REPORT, COVERAGE, SELECT, LAYOUT):
         if os.path.exists(stale):
             os.unlink(stale)
 
@@ -209,6 +212,8 @@ def _run(request, nonce, imports):  # type: ignore[no-untyped-def]
         env["TASKFORGE_SELECT"] = SELECT
         files = sorted({nodeid.split("::", 1)[0] for nodeid in request["select"]})
         args += [f for f in files if os.path.exists(os.path.join(WORKSPACE, f))]
+    if request.get("layout"):
+        env["TASKFORGE_LAYOUT_OUT"] = LAYOUT
     if request.get("coverage"):
         env["TASKFORGE_COVERAGE_OUT"] = COVERAGE
         env["TASKFORGE_COVERAGE_SOURCE"] = os.pathsep.join(request["coverage"])
@@ -247,6 +252,7 @@ def _run(request, nonce, imports):  # type: ignore[no-untyped-def]
         "output_tail": tail,
         "report": read(REPORT),
         "coverage": read(COVERAGE),
+        "layout": read(LAYOUT),
         "import_errors": import_errors,
         "limits_hit": sorted(name for name in after if after[name] > before[name]),
         "seconds": time.monotonic() - started,

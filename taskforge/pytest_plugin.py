@@ -36,11 +36,13 @@ NONCE_ENV = "TASKFORGE_NONCE"
 COVERAGE_OUT_ENV = "TASKFORGE_COVERAGE_OUT"
 COVERAGE_SOURCE_ENV = "TASKFORGE_COVERAGE_SOURCE"
 SELECT_ENV = "TASKFORGE_SELECT"
+LAYOUT_OUT_ENV = "TASKFORGE_LAYOUT_OUT"
 
 _nonce_key = pytest.StashKey[str]()
 _coverage_key = pytest.StashKey[Any]()
 _coverage_out_key = pytest.StashKey[str]()
 _select_key = pytest.StashKey[frozenset[str]]()
+_layout_key = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -53,6 +55,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     if select is not None:
         with open(select, encoding="utf-8") as f:
             early_config.stash[_select_key] = frozenset(json.load(f))
+    layout_out = os.environ.pop(LAYOUT_OUT_ENV, None)
+    if layout_out is not None:
+        early_config.stash[_layout_key] = layout_out
     coverage_out = os.environ.pop(COVERAGE_OUT_ENV, None)
     coverage_source = os.environ.pop(COVERAGE_SOURCE_ENV, "")
     if coverage_out is not None:
@@ -63,6 +68,19 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         cov.start()
         early_config.stash[_coverage_key] = cov
         early_config.stash[_coverage_out_key] = coverage_out
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> bool | None:
+    layout_out = session.config.stash.get(_layout_key, None)
+    if layout_out is None:
+        return None
+    layout = {"python_files": list(session.config.getini("python_files")),
+              "testpaths": list(session.config.getini("testpaths"))}
+    with open(layout_out, "w", encoding="utf-8") as out:
+        json.dump(layout, out)
+    session.items = []
+    return True  # nothing is collected
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

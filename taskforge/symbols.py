@@ -67,12 +67,12 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from taskforge.errors import TaskforgeError
+from taskforge.testfiles import DEFAULT_LAYOUT, TestLayout, is_test_path
 
 __all__ = ["Symbol", "SymbolIndex", "SymbolKind", "build_index", "is_test_path"]
 
 SymbolKind = Literal["function", "method", "class"]
 
-_TEST_DIRS = frozenset({"tests", "test"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -197,16 +197,9 @@ class SymbolIndex:
         return frozenset(m for m, imported in self.imports.items() if module in imported and m != module)
 
 
-def is_test_path(rel: PurePosixPath) -> bool:
-    """Whether a path is test code: ``test_*.py``, ``*_test.py``, ``conftest.py``, or under a test dir."""
-    name = rel.name
-    if name == "conftest.py" or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py"):
-        return True
-    return any(part in _TEST_DIRS for part in rel.parts[:-1])
-
-
-def build_index(repo: Path, *, package_paths: Sequence[str]) -> SymbolIndex:
-    """Index every non-test ``.py`` file under ``package_paths`` (repo-relative packages or modules).
+def build_index(repo: Path, *, package_paths: Sequence[str], layout: TestLayout = DEFAULT_LAYOUT) -> SymbolIndex:
+    """Index every non-test ``.py`` file under ``package_paths`` (repo-relative packages or modules);
+    which files are tests is ``layout``'s answer (the project's pytest configuration).
 
     Dotted module names come from each file's path relative to its package path's parent:
     ``src/iniconfig/_parse.py`` under ``src/iniconfig`` is ``iniconfig._parse``.
@@ -216,7 +209,7 @@ def build_index(repo: Path, *, package_paths: Sequence[str]) -> SymbolIndex:
         raise ValueError("package_paths must name at least one package or module")
     files: dict[str, str] = {}  # module -> repo-relative path
     for package_path in package_paths:
-        for module, rel in _package_files(repo, package_path):
+        for module, rel in _package_files(repo, package_path, layout):
             files.setdefault(module, rel)
     scans: dict[str, _ModuleScan] = {}
     for module, rel in sorted(files.items(), key=lambda item: item[1]):
@@ -227,7 +220,7 @@ def build_index(repo: Path, *, package_paths: Sequence[str]) -> SymbolIndex:
 # --- files and modules ---------------------------------------------------------------------------
 
 
-def _package_files(repo: Path, package_path: str) -> Iterator[tuple[str, str]]:
+def _package_files(repo: Path, package_path: str, layout: TestLayout) -> Iterator[tuple[str, str]]:
     root = repo / package_path
     if root.is_file():
         if root.suffix != ".py":
@@ -240,7 +233,7 @@ def _package_files(repo: Path, package_path: str) -> Iterator[tuple[str, str]]:
     for path in sorted(root.rglob("*.py")):
         rel_to_base = PurePosixPath(path.relative_to(base).as_posix())
         parts = list(rel_to_base.with_suffix("").parts)
-        if is_test_path(PurePosixPath(path.relative_to(root).as_posix())) or not all(p.isidentifier() for p in parts):
+        if layout.is_test_file(path.relative_to(root).as_posix()) or not all(p.isidentifier() for p in parts):
             continue
         if parts[-1] == "__init__":
             parts.pop()

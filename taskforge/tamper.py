@@ -44,6 +44,7 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from taskforge.task import is_doctest_id
+from taskforge.testfiles import is_test_path
 
 __all__ = [
     "Finding",
@@ -59,20 +60,10 @@ __all__ = [
 Verdict = Literal["keep", "drop", "tamper"]
 ChangeKind = Literal["added", "modified", "deleted", "symlink", "submodule"]
 
-_TEST_DIRS = frozenset({"tests", "test", "testing"})
 _PYTEST_CONFIG_SECTIONS = {"setup.cfg": "tool:pytest", "tox.ini": "pytest"}
 _STARTUP_FILES = frozenset({"sitecustomize.py", "usercustomize.py"})
 _COMPILED = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib")
 _HARNESS_MODULES = frozenset({"pytest", "_pytest", "pluggy"})
-
-
-def is_test_path(rel: str) -> bool:
-    """A path pytest would collect tests from, or that sits in a tests folder."""
-    path = PurePosixPath(rel)
-    name = path.name
-    if name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")):
-        return True
-    return any(part in _TEST_DIRS for part in path.parts[:-1])
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

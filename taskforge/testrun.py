@@ -40,6 +40,7 @@ from taskforge.junit import (
 )
 from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
 from taskforge.sources import Snapshot
+from taskforge.testfiles import DEFAULT_LAYOUT, TestLayout, configures_python_files
 
 __all__ = [
     "Agreement",
@@ -69,21 +70,27 @@ _SKIP_DIRS = {".git", ".tox", ".nox", ".venv", "venv", "node_modules", "build", 
 _PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
 
 
-def find_test_files(repo: Path) -> list[str]:
-    """Relative paths of files pytest would collect by default (test_*.py, *_test.py)."""
+def find_test_files(repo: Path, layout: TestLayout = DEFAULT_LAYOUT) -> list[str]:
+    """Relative paths of the files pytest would collect as test modules under ``layout`` (by
+    default pytest's defaults: test_*.py, *_test.py)."""
     found = []
     for dirpath, dirnames, filenames in os.walk(repo):
         dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")]
-        for name in filenames:
-            if name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")):
-                found.append((Path(dirpath) / name).relative_to(repo).as_posix())
-    return sorted(found)
+        found += [(Path(dirpath) / name).relative_to(repo).as_posix() for name in filenames]
+    return layout.test_modules(found)
 
 
 def require_test_files(snapshot: Snapshot) -> None:
-    """Raise ``NoTestsError`` early, before any environment is built, if there is nothing to run."""
-    if not find_test_files(snapshot.path):
-        raise NoTestsError(f"{snapshot.source} has no pytest tests (no test_*.py or *_test.py files)")
+    """Raise ``NoTestsError`` early, before any environment is built, if there is nothing to run:
+    no file has a default test module name and no pytest configuration names others."""
+    if not find_test_files(snapshot.path) and not configures_python_files(snapshot.path):
+        raise NoTestsError(f"{snapshot.source} has no pytest tests (no test_*.py or *_test.py files, and no "
+                           "python_files in its pytest configuration)")
+
+
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1][:300] if lines else "(no output)"
 
 
 def pytest_command(*, report: str, extra_args: Sequence[str] = ()) -> list[str]:
@@ -126,6 +133,8 @@ class RunResult:
     """The report's ``<testsuite>`` properties."""
     limits_hit: tuple[str, ...] = ()
     """Resource limits the run ran into: ``oom``, ``pids_limit``."""
+    layout: TestLayout | None = None
+    """pytest's own answer to where the tests are, when the run asked (``SuiteRunner.layout``)."""
     interpreter: str = ""
     """What ran pytest: ``fork`` (a child of the container's fork server), ``new`` (a new
     interpreter; with why no fork server served it, where one was asked for), or "" (unknown)."""
@@ -296,6 +305,16 @@ class SuiteRunner:
         )
         return box
 
+    def layout(self) -> TestLayout:
+        """Where pytest, configured as the project configures it, looks for tests: its
+        ``python_files`` and ``testpaths`` (pytest starts, reads its configuration and the initial
+        conftest files, and collects nothing)."""
+        run = self.run_repeated(repeats=1, layout=True, fork_server=False)[0]
+        if run.layout is None:
+            raise TestRunError(f"pytest could not read the configuration of {self.snapshot.source}: "
+                               f"{_last_line(run.output_tail)}", reason="pytest_config_unreadable")
+        return run.layout
+
     def run(
         self,
         *,
@@ -335,6 +354,7 @@ class SuiteRunner:
         env: Mapping[str, str] | None = None,
         python_args: Sequence[str] = (),
         fork_server: bool | None = None,
+        layout: bool = False,
     ) -> list[RunResult]:
         """:meth:`run`, ``repeats`` times in one exec: each repeat starts from a fresh reset of the
         same state, after every process of the one before was killed. ``imports`` are checked
@@ -352,11 +372,12 @@ class SuiteRunner:
             "python_args": list(python_args),
             "nonces": nonces,
             "select": list(select) if select is not None else None,
-            "coverage": [f"{WORKSPACE}/{path}" for path in self.env.package_paths] if coverage else None,
+            "coverage": _coverage_sources(self.env.package_paths) if coverage else None,
             "imports": list(imports),
             "pytest": pytest,
             "bytecode_cache": self.bytecode_cache,
             "fork_server": self.fork_server if fork_server is None else fork_server,
+            "layout": layout,
         }
         # One line of JSON, then the tar: a long selection does not fit in one argv entry.
         payload = json.dumps(request).encode() + b"\n" + _tar(text_changes)
@@ -394,6 +415,8 @@ class SuiteRunner:
                           timed_out=False, oom="oom" in reply["limits_hit"], truncated=truncated)
         run = replace(run, has_report=report is not None, properties=report.properties if report else (),
                       limits_hit=tuple(reply["limits_hit"]), interpreter=reply.get("interpreter", ""))
+        if reply.get("layout") is not None:
+            run = replace(run, layout=TestLayout.from_json(json.loads(reply["layout"])))
         if reply["import_errors"]:
             run = replace(run, import_errors=dict(reply["import_errors"]))
         if reply["coverage"] is not None:
@@ -404,6 +427,13 @@ class SuiteRunner:
                 for nodeid, files in lines.items()
             })
         return run
+
+
+def _coverage_sources(package_paths: Sequence[str]) -> list[str]:
+    """What coverage.py measures: each package's folder, and each top-level module by its name
+    (``six.py`` is ``six``): coverage.py takes a ``source`` entry that is not a folder for a
+    module name, so a path to a file would measure nothing."""
+    return [Path(path).stem if path.endswith(".py") else f"{WORKSPACE}/{path}" for path in package_paths]
 
 
 def _tar(files: Mapping[str, bytes]) -> bytes:
@@ -432,7 +462,9 @@ def run_suite(
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
     require_test_files(snapshot)
-    with SuiteRunner(snapshot, env, backend=backend, limits=limits, timeout_s=timeout_s, extra_args=extra_args) as runner:
+    # New interpreters, not the fork server: this is the suite's verdict as the project runs it.
+    with SuiteRunner(snapshot, env, backend=backend, limits=limits, timeout_s=timeout_s, extra_args=extra_args,
+                     fork_server=False) as runner:
         results = [runner.run() for _ in range(runs)]
     return SuiteResult(
         source=snapshot.source, commit=snapshot.commit, image=env.image, runs=tuple(results), flaky=_flaky(results)

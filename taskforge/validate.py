@@ -134,7 +134,8 @@ def _check_start_state(
     selected = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
 
     def fresh_run(changes: dict[str, str | None], select: list[str] | None) -> RunResult:
-        with SuiteRunner(start, env, backend=backend, limits=limits) as runner:
+        # A new container and a new interpreter (its hash seed random), as a user's harness has.
+        with SuiteRunner(start, env, backend=backend, limits=limits, fork_server=False) as runner:
             return runner.run(changes=changes, select=select, extra_args=("--continue-on-collection-errors",))
 
     at_start = fresh_run({}, None)

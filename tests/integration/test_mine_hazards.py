@@ -1,0 +1,117 @@
+"""Mining projects that trip a miner's shortcuts (tests/fixtures/projects), through the CLI in
+fresh processes, then validating and scoring what it wrote, as a user's harness would.
+
+``hazard``: test modules named by ``python_files`` inside the package, ``--doctest-modules`` with
+doctests in the modules tasks remove code from, warnings as errors with a pytest plugin installed
+(the fork server cannot serve it), tests parametrized over a set (seed-dependent ids) and one whose
+outcome depends on a set's order, ids with ``.py`` and spaces, and hidden tests that implement a
+pytest hook whose signature pytest's hookspec also has. ``onefile``: one top-level module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from taskforge.datasets import read_rows, read_tasks
+from taskforge.task import is_doctest_id
+
+pytestmark = pytest.mark.docker
+
+PROJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "projects"
+
+
+def _cli(*args: str, cache: Path, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "taskforge.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "TASKFORGE_CACHE": str(cache)}, check=False)
+
+
+def _mine(name: str, tmp_path_factory: pytest.TempPathFactory, cache: Path) -> tuple[Path, dict]:  # type: ignore[type-arg]
+    project = tmp_path_factory.mktemp(name) / name
+    shutil.copytree(PROJECTS / name, project)
+    out = tmp_path_factory.mktemp(f"{name}-tasks")
+    proc = _cli("mine", str(project), "--out", str(out), "--max-tasks", "10", cache=cache)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    summary = json.loads((out / "mine-summary.json").read_text())
+    assert not summary["failures"], summary["failures"]
+    (repository,) = summary["repositories"]
+    return out, repository
+
+
+@pytest.fixture(scope="module")
+def hazard(tmp_path_factory, session_cache, base_image):  # type: ignore[no-untyped-def]
+    return _mine("hazard", tmp_path_factory, session_cache)
+
+
+def test_seed_dependent_tests_are_left_out_and_counted(hazard) -> None:  # type: ignore[no-untyped-def]
+    out, summary = hazard
+    assert summary["seed_dependent"] >= 7  # the six set-ordered ids and the order-dependent test
+    tasks = read_tasks(out)
+    assert len(tasks) >= 5
+    for task in tasks:
+        for nodeid in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS):
+            assert "test_title_words_unordered" not in nodeid and "test_first_word_is_the_smallest" not in nodeid
+
+
+def test_the_fork_server_falls_back_when_it_breaks_the_suite(hazard) -> None:  # type: ignore[no-untyped-def]
+    _, summary = hazard
+    assert summary["fork_server"].startswith("fallback: "), summary["fork_server"]
+    assert "PytestAssertRewriteWarning" in summary["fork_server"]
+
+
+def test_tests_are_where_pytest_finds_them_and_doctests_are_never_fail_to_pass(hazard) -> None:  # type: ignore[no-untyped-def]
+    out, _ = hazard
+    tasks = read_tasks(out)
+    targets = {(t.strategy, t.target) for t in tasks}
+    # Hidden tests in hazard/tests.py (python_files) and hazard/check_generated.py: test code, so
+    # they are in test_patch, never in the gold patch.
+    assert ("symbol", "hazard.words:reverse_words") in targets
+    for task in tasks:
+        assert not any(is_doctest_id(t) for t in task.FAIL_TO_PASS), task.instance_id
+        assert "hazard/tests.py" not in task.patch and "check_generated" not in task.patch
+        assert "hazard/tests.py" in task.test_patch or "check_generated" in task.test_patch
+    # Doctests of the modules the gold patch restores are PASS_TO_PASS; ids hold ".py" and spaces.
+    body = next(t for t in tasks if t.target == "hazard.words:title_words" and t.strategy == "body")
+    assert "hazard/words.py::hazard.words.count_vowels" in body.PASS_TO_PASS
+    assert "hazard/words.py" in body.patch
+    assert any("[a b.py]" in t for t in body.PASS_TO_PASS)
+
+
+def test_a_pytest_hook_in_the_hidden_tests_is_no_leak(hazard) -> None:  # type: ignore[no-untyped-def]
+    out, summary = hazard
+    assert "audit_findings" not in summary["rejections"], summary["rejected"]
+    hook = next(t for t in read_tasks(out) if t.target == "hazard.words:reverse_words" and t.strategy == "symbol")
+    assert "def pytest_generate_tests(metafunc)" in hook.test_patch  # the hidden module went as a whole
+    assert json.loads(hook.audit)["clean"] and json.loads(hook.audit)["image_scanned"]
+
+
+def test_every_task_holds_under_validate_and_two_scoring_runs(hazard, session_cache) -> None:  # type: ignore[no-untyped-def]
+    out, _ = hazard
+    validated = _cli("validate", str(out), cache=session_cache)
+    assert validated.returncode == 0 and "BROKEN" not in validated.stdout, validated.stdout[-3000:]
+    tasks = {t.instance_id: t for t in read_tasks(out)}
+    for attempt in ("first", "second"):
+        rewards = out.parent / f"{out.name}-rewards-{attempt}"
+        scored = _cli("score", "--tasks", str(out), "--gold", "--empty", "--out", str(rewards), cache=session_cache)
+        assert scored.returncode == 0, scored.stderr[-3000:]
+        rows = read_rows(rewards)
+        assert len(rows) == 2 * len(tasks)
+        for row in rows:
+            wanted = 1.0 if row["candidate_id"] == "gold" else 0.0
+            assert (row["status"], row["reward"]) == ("ok", wanted), (attempt, row["instance_id"], row["detail"])
+            if row["candidate_id"] == "gold":  # no expected test is missing, or anything but passed
+                assert set(json.loads(row["outcomes"]).values()) == {"passed"}, (attempt, row["instance_id"])
+
+
+def test_a_top_level_module_is_indexed_like_a_package(tmp_path_factory, session_cache, base_image) -> None:  # type: ignore[no-untyped-def]
+    out, summary = _mine("onefile", tmp_path_factory, session_cache)
+    assert summary["candidates"] >= 3 and summary["tasks"] >= 3, summary
+    assert {t.target.split(":")[0] for t in read_tasks(out)} == {"onefile"}
+    validated = _cli("validate", str(out), cache=session_cache)
+    assert validated.returncode == 0, validated.stdout[-3000:]
