@@ -464,12 +464,19 @@ def serve_command(tasks_dir: Path, port: int, host: str, concurrency: int, max_q
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also write PNG histograms into this folder (needs the datasets extra: matplotlib).")
+@click.option("--rejections", is_flag=True,
+              help="Print every rejected candidate instead: target, strategy, reason and detail (from mine-summary.json).")
 @_one_line_errors
-def inspect_command(directory: Path, plots_dir: Path | None) -> None:
+def inspect_command(directory: Path, plots_dir: Path | None, rejections: bool) -> None:
     """Print what the task folder DIRECTORY holds: tasks per repository and per strategy, test
     counts, lines removed, validation and audit times, audit status, and reward statistics (from
-    DIRECTORY/rewards when there is one)."""
-    from taskforge.datasets.stats import render, summarize, write_plots
+    DIRECTORY/rewards when there is one). With --rejections, why each rejected candidate was
+    rejected."""
+    from taskforge.datasets.stats import read_rejections, render, render_rejections, summarize, write_plots
+
+    if rejections:
+        click.echo(render_rejections(read_rejections(directory)), nl=False)
+        return
 
     summary = summarize(directory)
     click.echo(render(summary), nl=False)

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from taskforge.datasets.stats import MINE_SUMMARY
 from taskforge.errors import TaskforgeError
 from taskforge.mine import MineConfig, RepoResult
 from taskforge.recipe import MiningRecipe
@@ -28,7 +29,7 @@ from taskforge.sandbox import SandboxLimits
 
 __all__ = ["Executor", "RepoOutcome", "RunSummary", "inline_executor", "mine_one", "run_mining"]
 
-SUMMARY_FILE = "mine-summary.json"
+SUMMARY_FILE = MINE_SUMMARY
 
 
 @dataclass(kw_only=True, slots=True)

@@ -23,10 +23,14 @@ from taskforge.errors import TaskforgeError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["REWARDS_DIR", "Distribution", "RewardSummary", "Summary", "plot", "render", "summarize", "write_plots"]
+__all__ = ["MINE_SUMMARY", "REWARDS_DIR", "Distribution", "RewardSummary", "Summary", "plot", "read_rejections",
+           "render", "render_rejections", "summarize", "write_plots"]
 
 REWARDS_DIR = "rewards"
 """The subfolder of a task folder that holds reward rows for its tasks."""
+MINE_SUMMARY = "mine-summary.json"
+"""What ``taskforge mine`` writes beside the shards: per repository its counts, every rejected
+candidate with its reason and detail, and the repositories that failed."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -218,6 +222,49 @@ def render(summary: Summary) -> str:
         parts.append(_table("reward distributions", ["per row", "n", "min", "median", "mean", "p90", "max"],
                             [r.reward.row(), r.total_s.row()]))
     return "\n\n".join(parts) + "\n"
+
+
+def read_rejections(directory: Path | str) -> list[dict[str, str]]:
+    """Every rejected candidate of the folder's mining runs (``mine-summary.json``): source,
+    target, strategy, reason and detail; a repository that failed as a whole is one row with
+    target ``-``."""
+    path = Path(directory) / MINE_SUMMARY
+    if not path.is_file():
+        raise TaskforgeError(f"{directory} has no {MINE_SUMMARY}: it was not written by taskforge mine",
+                             reason="no_mine_summary")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise TaskforgeError(f"{path} is not valid JSON: {err}", reason="corrupt_summary") from err
+    rows = []
+    for repository in data.get("repositories", []):
+        for rejected in repository.get("rejected", []):
+            rows.append({"source": repository["source"], **{k: str(rejected.get(k, "")) for k in
+                                                             ("target", "strategy", "reason", "detail")}})
+    for source, failure in sorted(data.get("failures", {}).items()):
+        reason = failure.rsplit("[", 1)[-1].rstrip("]") if failure.endswith("]") else "failed"
+        rows.append({"source": source, "target": "-", "strategy": "-", "reason": reason, "detail": failure})
+    return rows
+
+
+def render_rejections(rows: Sequence[dict[str, str]], *, width: int = 100) -> str:
+    """The rejections as a plain-text table (details cut to ``width`` characters), then counts by reason."""
+    headers = ["source", "target", "strategy", "reason", "detail"]
+    cells = [headers, *[[row[h] if h != "detail" else _cut(row[h], width) for h in headers] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers) - 1)]
+
+    def line(row: list[str]) -> str:
+        return "  ".join([*(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)), row[-1]]).rstrip()
+
+    reasons = Counter(row["reason"] for row in rows)
+    table = [f"{len(rows)} rejection(s)", line(cells[0]), "  ".join("-" * w for w in [*widths, 6]),
+             *(line(r) for r in cells[1:])]
+    return "\n".join([*table, "", _table("by reason", ["reason", "count"], reasons.most_common())]) + "\n"
+
+
+def _cut(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def plot(distribution: Distribution, *, bins: int = 20) -> Figure:

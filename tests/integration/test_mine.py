@@ -38,6 +38,23 @@ def test_mine_writes_valid_tasks_with_a_summary(mined) -> None:  # type: ignore[
         assert "/test" not in task.patch.split("\n", 1)[0]
 
 
+def test_every_rejection_is_explained(mined, session_cache) -> None:  # type: ignore[no-untyped-def]
+    out, _ = mined
+    summary = json.loads((out / "mine-summary.json").read_text())
+    rejected = [r for repo in summary["repositories"] for r in repo["rejected"]]
+    for repo in summary["repositories"]:
+        assert len(repo["rejected"]) == sum(repo["rejections"].values()) == repo["attempted"] - repo["tasks"]
+        assert repo["tests"] >= repo["passing"] > 0 and repo["fork_server"]
+    for row in rejected:
+        assert row["target"] and row["strategy"] in ("body", "symbol", "module") and row["reason"] and row["detail"]
+    proc = subprocess.run([sys.executable, "-m", "taskforge.cli", "inspect", str(out), "--rejections"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "TASKFORGE_CACHE": str(session_cache)})
+    assert proc.returncode == 0, proc.stderr
+    assert f"{len(rejected)} rejection(s)" in proc.stdout
+    for row in rejected:
+        assert row["target"] in proc.stdout and row["reason"] in proc.stdout
+
+
 def test_every_task_holds_when_rebuilt_from_its_row(mined, backend, base_image) -> None:  # type: ignore[no-untyped-def]
     out, _ = mined
     for task in read_tasks(out):
@@ -124,6 +141,9 @@ def test_a_failing_repository_is_recorded_and_the_run_goes_on(tmp_path, session_
     summary = json.loads((tmp_path / "a" / "mine-summary.json").read_text())
     assert summary["failures"][bad].endswith("[source_not_found]")
     assert summary["totals"]["tasks"] == 1
+    shown = subprocess.run([sys.executable, "-m", "taskforge.cli", "inspect", str(tmp_path / "a"), "--rejections"],
+                           capture_output=True, text=True, timeout=120, env=env)
+    assert shown.returncode == 0 and bad in shown.stdout and "source_not_found" in shown.stdout, shown.stdout
     assert len(read_tasks(tmp_path / "a")) == 1
     only_bad = subprocess.run(
         [sys.executable, "-m", "taskforge.cli", "mine", bad, "--out", str(tmp_path / "b")],

@@ -76,3 +76,29 @@ def test_inspect_of_a_folder_that_is_not_a_dataset_is_one_line(tmp_path: Path) -
     result = CliRunner().invoke(main, ["inspect", str(tmp_path)])
     assert result.exit_code == 1
     assert result.output.strip().endswith("[no_manifest]") and result.output.count("\n") == 1
+
+
+def test_rejections_are_read_from_the_mining_summary(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from taskforge.datasets.stats import read_rejections, render_rejections
+    from taskforge.errors import TaskforgeError
+
+    with pytest.raises(TaskforgeError, match="mine-summary.json"):
+        read_rejections(tmp_path)
+    (tmp_path / "mine-summary.json").write_text(json.dumps({
+        "repositories": [{"source": "pypi:a==1", "rejected": [
+            {"target": "a.m:f", "strategy": "body", "reason": "audit_findings",
+             "detail": "/opt/venv/lib/a.py (python): def f(x, y)"},
+            {"target": "a.m:g", "strategy": "symbol", "reason": "breaks_other_tests",
+             "detail": "tests/test_a.py::test_h: failed: AssertionError: " + "x" * 300}]}],
+        "failures": {"pypi:b==2": "no test of pypi:b==2 passes reliably [no_passing_tests]"},
+    }))
+    rows = read_rejections(tmp_path)
+    assert [(r["source"], r["target"], r["reason"]) for r in rows] == [
+        ("pypi:a==1", "a.m:f", "audit_findings"), ("pypi:a==1", "a.m:g", "breaks_other_tests"),
+        ("pypi:b==2", "-", "no_passing_tests")]
+    text = render_rejections(rows, width=60)
+    assert "3 rejection(s)" in text and "/opt/venv/lib/a.py (python): def f(x, y)" in text
+    assert "x" * 80 not in text and "…" in text  # long details are cut
+    assert "breaks_other_tests" in text.split("by reason")[1]

@@ -270,3 +270,40 @@ def test_audit_scan_imports_only_the_standard_library() -> None:
             assert node.level == 0
             imported.add((node.module or "").split(".")[0])
     assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+def test_a_dependencys_interface_is_no_evidence(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Hidden tests that implement a pytest hook lose ``def pytest_generate_tests(metafunc)``;
+    pytest's hookspec in the image declares the same signature. The wheels of the environment
+    (here one wheel, built as pip would find it) name their interfaces, and those are dropped."""
+    import zipfile
+
+    from taskforge.fingerprint import interface_names
+
+    monkeypatch.setenv("TASKFORGE_CACHE", str(tmp_path / "cache"))
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    with zipfile.ZipFile(wheelhouse / "hookish-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("hookish/hookspec.py", "def pytest_generate_tests(metafunc: 'Metafunc') -> None:\n"
+                                              "    '''Generate tests.'''\n\nclass BaseVisitor:\n"
+                                              "    async def visit_statement_node(self, node):\n        pass\n")
+        wheel.writestr("hookish-1.0.dist-info/METADATA", "Name: hookish\nVersion: 1.0\n")
+    interfaces = interface_names(wheelhouse)
+    assert {"pytest_generate_tests", "BaseVisitor", "visit_statement_node"} <= interfaces
+    assert interface_names(wheelhouse) == interfaces  # read back from the cache
+    assert interface_names(tmp_path / "absent") == frozenset()
+
+    hidden = ("from pkg import reverse_phrase_words\n\n\ndef pytest_generate_tests(metafunc):\n"
+              "    if 'phrase' in metafunc.fixturenames:\n        metafunc.parametrize('phrase', ['a b'])\n\n\n"
+              "def test_reversing_twice_gives_the_phrase(phrase):\n"
+              "    assert reverse_phrase_words(reverse_phrase_words(phrase)) == phrase\n")
+    inputs = {"before": {"pkg/check_generated.py": hidden}, "after": {"pkg/check_generated.py": None},
+              "visible": {"pkg/__init__.py": "def reverse_phrase_words(p):\n    return ' '.join(p.split()[::-1])\n"},
+              "strategy": "symbol"}
+    plain = build_fingerprint(**inputs)  # type: ignore[arg-type]
+    assert "def pytest_generate_tests(metafunc)" in plain.signatures and "pytest_generate_tests" in plain.names
+    aware = build_fingerprint(**inputs, interfaces=interfaces)  # type: ignore[arg-type]
+    assert not any("pytest_generate_tests" in item for item in aware.signatures)
+    assert "pytest_generate_tests" not in aware.names
+    assert "pkg.check_generated.pytest_generate_tests" in aware.names  # the project's own dotted name stays
+    assert "def test_reversing_twice_gives_the_phrase(phrase)" in aware.signatures  # the rest is still searched

@@ -1,0 +1,53 @@
+"""Which files are tests (taskforge.testfiles), which ids are doctests (taskforge.task), and what
+the scorer's tamper rules make of a module that holds doctests."""
+
+from __future__ import annotations
+
+import pytest
+
+from taskforge.task import is_doctest_id
+from taskforge.tamper import TestPaths, classify_change
+from taskforge.testfiles import DEFAULT_LAYOUT, TestLayout, is_test_path
+
+
+@pytest.mark.parametrize("path,expected", [
+    ("tests/test_x.py", True), ("src/pkg/mod_test.py", True), ("pkg/conftest.py", True),
+    ("pkg/tests/helpers.py", True), ("pkg/testing/fixtures.py", True), ("test/data/sample.json", True),
+    ("pkg/mod.py", False), ("pkg/tests.py", False), ("pkg/testing.py", False), ("tests.py", False),
+])
+def test_the_default_layout_is_pytests_defaults_plus_test_folders(path: str, expected: bool) -> None:
+    assert is_test_path(path) is expected
+    assert DEFAULT_LAYOUT.is_test_file(path) is expected
+
+
+def test_a_configured_layout_follows_python_files() -> None:
+    layout = TestLayout(python_files=("tests.py", "check_*.py"), testpaths=("pkg",))
+    assert layout.is_test_file("pkg/tests.py") and layout.is_test_file("pkg/check_generated.py")
+    assert not layout.is_test_file("pkg/test_mod.py")  # the defaults no longer apply
+    assert layout.is_test_file("pkg/tests/anything.py") and layout.is_test_file("conftest.py")
+    assert layout.test_modules(["pkg/tests.py", "pkg/words.py", "pkg/check_a.py", "conftest.py"]) == [
+        "pkg/check_a.py", "pkg/tests.py"]
+    assert TestLayout.from_json(layout.to_json()) == layout
+    # A pattern with a folder matches the path, as pytest's fnmatch_ex does.
+    assert TestLayout(python_files=("suite/*.py",)).is_test_file("pkg/suite/a.py")
+
+
+@pytest.mark.parametrize("nodeid,expected", [
+    ("pkg/mod.py::pkg.mod.func", True), ("pkg/mod.py::pkg.mod", True), ("mod.py::mod", True),
+    ("src/pkg/mod.py::pkg.mod.Class.method", True),
+    ("tests/test_x.py::test_f", False), ("tests/test_x.py::test_f[a.b]", False),
+    ("tests/test_x.py::TestC::test_m", False), ("tests/test_x.py::test_x", False),
+    ("README.rst::README.rst", False), ("docs/index.md::index.md", False),
+])
+def test_doctest_ids(nodeid: str, expected: bool) -> None:
+    assert is_doctest_id(nodeid) is expected
+
+
+def test_a_module_holding_doctests_is_source_to_the_scorer() -> None:
+    """Gold restores pkg/words.py, whose other doctests are PASS_TO_PASS: not tampering."""
+    tests = TestPaths.of(["pkg/words.py::pkg.words.count", "pkg/tests.py::test_count[a b.py]"], ["pkg/tests.py"])
+    assert tests.protected == frozenset({"pkg/tests.py"})
+    assert classify_change("pkg/words.py", "modified", before="x = 1\n", after="x = 2\n", binary=False,
+                           tests=tests) == ("keep", "")
+    assert classify_change("pkg/tests.py", "modified", before="x = 1\n", after="x = 2\n", binary=False,
+                           tests=tests)[0] == "tamper"
