@@ -180,8 +180,10 @@ def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: st
 
 @main.command("validate")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write each task's result as JSON (instance_id: ok, problems), for `taskforge report`.")
 @_one_line_errors
-def validate_command(directory: Path) -> None:
+def validate_command(directory: Path, report_path: Path | None) -> None:
     """Validate every task in DIRECTORY again, from scratch, in fresh containers."""
     from taskforge.baseimage import current_base
     from taskforge.datasets import read_tasks
@@ -192,8 +194,14 @@ def validate_command(directory: Path) -> None:
     base = current_base(backend)
     tasks = read_tasks(directory)
     broken = 0
+    results: dict[str, dict[str, object]] = {}
     for task in tasks:
         check = check_task(task, backend=backend, base=base)
+        results[task.instance_id] = {"ok": check.ok, "problems": check.problems}
+        if report_path is not None:  # after every task: a long validation interrupted keeps what it did
+            from taskforge.datasets.manifest import write_atomic
+
+            write_atomic(report_path, json.dumps(results, indent=1).encode())
         if check.ok:
             click.echo(f"ok      {task.instance_id}")
         else:
@@ -488,6 +496,28 @@ def inspect_command(directory: Path, plots_dir: Path | None, rejections: bool) -
                                  reason="missing_dependency") from err
         for path in write_plots(summary, plots_dir):
             click.echo(f"wrote {path}")
+
+
+@main.command("report")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Markdown file to write.")
+@click.option("--validation", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="What `taskforge validate DIRECTORY --report FILE` wrote.")
+@click.option("--rewards", "rewards", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A reward folder of `taskforge score --gold --empty` (repeatable: one per scoring run).")
+@click.option("--target", default=10, show_default=True, type=click.IntRange(1), help="Tasks a repository should yield.")
+@_one_line_errors
+def report_command(directory: Path, out: Path, validation: Path | None, rewards: tuple[Path, ...], target: int) -> None:
+    """Write the yield report of the mined folder DIRECTORY: one row per repository (baseline,
+    tests, candidates, attempts, tasks, rejections by reason, failure), a cause for every one below
+    --target tasks, and what validation and scoring runs found."""
+    from taskforge.datasets.manifest import write_atomic
+    from taskforge.datasets.report import build_report, render_report
+
+    report = build_report(directory, target=target, validation=validation, rewards=list(rewards))
+    write_atomic(out, render_report(report).encode())
+    click.echo(f"{out}: {len(report.rows)} repositories, baseline ran in {report.with_baseline}, "
+               f"{report.at_target} yielded {target} valid tasks, {report.tasks} tasks")
 
 
 @main.command("export")

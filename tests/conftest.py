@@ -46,3 +46,30 @@ def base_image(backend, session_cache: Path):  # type: ignore[no-untyped-def]
     from taskforge.baseimage import build_base
 
     return build_base(backend)
+
+
+SAMPLE = Path(__file__).resolve().parents[1] / "datasets" / "sample"
+
+
+@pytest.fixture(scope="session")
+def local_sample(tmp_path_factory, backend, base_image, session_cache):  # type: ignore[no-untyped-def]
+    """A copy of datasets/sample whose image_name is the environment image as this machine builds
+    it (the folder, and that environment)."""
+    from dataclasses import replace
+
+    from taskforge.datasets import (
+        TASKS,
+        DatasetWriter,
+        read_manifest,
+        read_tasks,
+        run_versions,
+    )
+    from taskforge.environment import build_environment
+    from taskforge.sources import fetch
+
+    tasks = read_tasks(SAMPLE)
+    env = build_environment(fetch(tasks[0].source), backend=backend, base=base_image)
+    out = tmp_path_factory.mktemp("sample")
+    with DatasetWriter(out, kind=TASKS, recipe=read_manifest(SAMPLE).recipe, versions=run_versions()) as writer:
+        writer.write((replace(t, image_name=env.image).to_row() for t in tasks), prefix="tasks-sample")
+    return out, env

@@ -113,5 +113,20 @@ def test_a_top_level_module_is_indexed_like_a_package(tmp_path_factory, session_
     out, summary = _mine("onefile", tmp_path_factory, session_cache)
     assert summary["candidates"] >= 3 and summary["tasks"] >= 3, summary
     assert {t.target.split(":")[0] for t in read_tasks(out)} == {"onefile"}
-    validated = _cli("validate", str(out), cache=session_cache)
+    validation = out.parent / f"{out.name}-validate.json"
+    validated = _cli("validate", str(out), "--report", str(validation), cache=session_cache)
     assert validated.returncode == 0, validated.stdout[-3000:]
+    rewards = out.parent / f"{out.name}-rewards"
+    assert _cli("score", "--tasks", str(out), "--gold", "--empty", "--out", str(rewards), cache=session_cache).returncode == 0
+    report = out.parent / "report.md"
+    made = _cli("report", str(out), "--validation", str(validation), "--rewards", str(rewards), "--out", str(report),
+                cache=session_cache)
+    assert made.returncode == 0, made.stderr
+    text = report.read_text()
+    tasks = summary["tasks"]
+    assert f"hold under `taskforge validate`: {tasks} of {tasks}" in text
+    assert f"gold 1.0 on {tasks} of {tasks}, empty 0.0 on {tasks} of {tasks}" in text
+    assert "`missing` in gold runs: 0" in text
+    row = next(line for line in text.splitlines() if line.startswith("| ") and "onefile" in line)
+    assert f"| {summary['candidates']} | {summary['attempted']} | {tasks} | {tasks} |" in row
+    assert "candidates ran out" in row  # below the target of 10: the cause is given

@@ -450,7 +450,7 @@ def test_a_policy_loads_from_a_saved_folder_or_a_config(tokenizer: Any, tmp_path
 
 
 @pytest.mark.docker
-def test_an_rl_step_with_a_hugging_face_policy(tokenizer: Any, tmp_path: Path, base_image: Any,
+def test_an_rl_step_with_a_hugging_face_policy(tokenizer: Any, tmp_path: Path, local_sample: Any,
                                                session_cache: Path) -> None:
     """One step of tiny-rl-cpu.toml with a tiny Llama saved to a folder as the policy: rollouts
     sampled by model.generate in the real sandbox, the real scorer, the loss with the feedback KL,
@@ -462,7 +462,7 @@ def test_an_rl_step_with_a_hugging_face_policy(tokenizer: Any, tmp_path: Path, b
     command = [sys.executable, "-m", "trainer.cli", "--recipe", str(ROOT / "recipes/train/tiny-rl-cpu.toml"),
                "--set", f'output_dir="{out}"', "--set", "train.steps=1", "--set", 'rl.policy="hf"',
                "--set", f'rl.hf_model_dir="{model_dir}"', "--set", "rl.max_turns=1", "--set", "rl.max_new_tokens=16",
-               "--set", "rl.tasks_per_step=2", "--set", f'rl.tasks=["{ROOT / "datasets/sample"}"]']
+               "--set", "rl.tasks_per_step=2", "--set", f'rl.tasks=["{local_sample[0]}"]']
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False,
                           env={**os.environ, "TASKFORGE_CACHE": str(session_cache)})
     assert done.returncode == 0, done.stderr[-4000:]

@@ -38,12 +38,12 @@ def test_only_the_policys_own_tokens_are_trained_on() -> None:
 
 
 @pytest.mark.docker
-def test_two_rl_steps_on_mined_tasks_checkpoint_and_resume(tmp_path, base_image, session_cache) -> None:  # type: ignore[no-untyped-def]
+def test_two_rl_steps_on_mined_tasks_checkpoint_and_resume(tmp_path, local_sample, session_cache) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "run"
     common = [sys.executable, "-m", "trainer.cli", "--recipe", str(ROOT / "recipes/train/tiny-rl-cpu.toml"),
               "--set", f'output_dir="{out}"', "--set", "train.steps=2", "--set", "model.max_seq_len=1024",
               "--set", "rl.max_turns=1", "--set", "rl.max_new_tokens=16", "--set", "rl.tasks_per_step=2",
-              "--set", f'rl.tasks=["{ROOT / "datasets/sample"}"]']
+              "--set", f'rl.tasks=["{local_sample[0]}"]']
     env = {**os.environ, "TASKFORGE_CACHE": str(session_cache)}
     first = subprocess.run([*common, "--set", "train.stop_at_step=1"], capture_output=True, text=True, env=env,
                            timeout=900, cwd=tmp_path, check=False)
@@ -64,7 +64,7 @@ def test_two_rl_steps_on_mined_tasks_checkpoint_and_resume(tmp_path, base_image,
 
 
 @pytest.mark.docker
-def test_an_rl_step_on_two_gloo_processes(tmp_path, base_image, session_cache) -> None:  # type: ignore[no-untyped-def]
+def test_an_rl_step_on_two_gloo_processes(tmp_path, local_sample, session_cache) -> None:  # type: ignore[no-untyped-def]
     """Two ranks (dense and expert weights sharded 2 ways): each runs the rollouts of one task,
     the rewards are gathered, the sharded model takes the step and a checkpoint is written."""
     out = tmp_path / "run"
@@ -72,7 +72,7 @@ def test_an_rl_step_on_two_gloo_processes(tmp_path, base_image, session_cache) -
                "--set", f'output_dir="{out}"', "--set", "train.steps=1", "--set", "model.max_seq_len=1024",
                "--set", "launch.nproc_per_node=2", "--set", "parallel.dp_shard=2", "--set", "parallel.ep=2",
                "--set", "rl.max_turns=1", "--set", "rl.max_new_tokens=16", "--set", "rl.tasks_per_step=2",
-               "--set", f'rl.tasks=["{ROOT / "datasets/sample"}"]']
+               "--set", f'rl.tasks=["{local_sample[0]}"]']
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False,
                           env={**os.environ, "TASKFORGE_CACHE": str(session_cache)})
     assert done.returncode == 0, done.stderr[-4000:]
