@@ -635,19 +635,23 @@ def _scrub_and_audit(task: Task, checked: _Checked, ctx: _Context) -> tuple[Task
 
 def _gate(task: Task, ctx: _Context) -> Rejected | None:
     """The verdict ``taskforge score`` will give, through the scorer itself: a fresh container, a
-    new interpreter, a random hash seed. Gold must score 1.0 and the empty patch 0.0."""
-    for patch, wanted, reason in ((task.patch, 1.0, "gold_scores_0"), ("", 0.0, "empty_patch_scores_1")):
-        scored = ctx.scorer.score(task, patch)
-        if scored.status == "ok" and scored.reward == wanted:
-            continue
-        outcomes = {**scored.fail_to_pass, **scored.pass_to_pass}
-        failed = next((f"{t}: {o}" for t, o in outcomes.items() if o != "passed"), "")
-        if scored.status != "ok":
-            what = f"{'gold' if wanted else 'empty patch'}: {scored.detail}"
-            return Rejected(f"scorer_{scored.status}", f"{what} (first: {failed})" if failed else what)
-        if not wanted:
-            failed = f"every FAIL_TO_PASS test passes without the feature ({len(scored.fail_to_pass)})"
-        return Rejected(reason, failed or scored.detail)
+    new interpreter, a random hash seed. Gold must score 1.0 and the empty patch 0.0.
+
+    The empty patch runs FAIL_TO_PASS alone (``tests="fail_to_pass"``): the binary reward is 0
+    exactly when one of them fails, whatever PASS_TO_PASS do, and the gold run has just shown
+    PASS_TO_PASS pass."""
+    gold = ctx.scorer.score(task, task.patch)
+    if gold.status != "ok" or gold.reward != 1.0:
+        failed = next((f"{t}: {o}" for t, o in {**gold.fail_to_pass, **gold.pass_to_pass}.items() if o != "passed"), "")
+        if gold.status != "ok":
+            return Rejected(f"scorer_{gold.status}", f"gold: {gold.detail}" + (f" (first: {failed})" if failed else ""))
+        return Rejected("gold_scores_0", failed or gold.detail)
+    empty = ctx.scorer.score(task, "", tests="fail_to_pass")
+    if empty.status != "ok":
+        return Rejected(f"scorer_{empty.status}", f"empty patch: {empty.detail}")
+    if all(outcome == "passed" for outcome in empty.fail_to_pass.values()):
+        return Rejected("empty_patch_scores_1",
+                        f"every FAIL_TO_PASS test ({len(empty.fail_to_pass)}) passes without the feature")
     return None
 
 

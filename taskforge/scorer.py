@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from taskforge.environment import Environment
 from taskforge.errors import SandboxError, TaskforgeError, TestRunError
@@ -259,8 +259,16 @@ class Scorer:
         self._state(task)
         self.pool.warm(task.image_name)
 
-    def score(self, task: Task, patch: str, *, candidate_id: str = "", mode: RewardMode | None = None) -> RewardResult:
-        """Score one candidate ``patch`` (a unified diff against the start state) for ``task``."""
+    def score(self, task: Task, patch: str, *, candidate_id: str = "", mode: RewardMode | None = None,
+              tests: Literal["all", "fail_to_pass"] = "all") -> RewardResult:
+        """Score one candidate ``patch`` (a unified diff against the start state) for ``task``.
+
+        ``tests="fail_to_pass"`` runs FAIL_TO_PASS alone: the quick way to show that a patch earns
+        nothing, since any of them failing makes the binary reward 0 whatever PASS_TO_PASS do.
+        PASS_TO_PASS are then ``not_run``, so the reward is 0; read ``fail_to_pass`` for the answer.
+        """
+        if tests not in ("all", "fail_to_pass"):
+            raise ValueError(f"tests must be all or fail_to_pass, got {tests!r}")
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"unknown reward mode {mode!r}; known: {', '.join(MODES)}")
@@ -271,7 +279,7 @@ class Scorer:
                               pass_to_pass=dict.fromkeys(task.PASS_TO_PASS, "not_run"))
         with self._slots:
             try:
-                self._score(task, patch, result)
+                self._score(task, patch, result, tests)
             except TaskforgeError as err:
                 result.status, result.detail = "infra_error", f"{err} [{err.reason}]"
         if result.status != "ok":
@@ -301,7 +309,7 @@ class Scorer:
 
     # -- one scoring --------------------------------------------------------------------------------
 
-    def _score(self, task: Task, patch: str, result: RewardResult) -> None:
+    def _score(self, task: Task, patch: str, result: RewardResult, tests: str) -> None:
         applying = time.monotonic()
         state = self._state(task)
         try:
@@ -317,7 +325,7 @@ class Scorer:
             return
         testing = time.monotonic()
         try:
-            run = self._run(task, state, prepared)
+            run = self._run(task, state, prepared, [*task.FAIL_TO_PASS, *(task.PASS_TO_PASS if tests == "all" else ())])
         except TestRunError as err:  # the report does not carry this run's nonce
             result.status, result.detail = "tampered", f"{err}"
             result.tampering.append(f"report: {err}")
@@ -327,7 +335,7 @@ class Scorer:
             return
         finally:
             result.test_s = time.monotonic() - testing
-        self._judge(task, run, result)
+        self._judge(task, run, result, tests)
 
     def _state(self, task: Task) -> _TaskState:
         key = f"{task.instance_id}@{task.base_commit}"
@@ -394,7 +402,7 @@ class Scorer:
             self._plugins[image] = plugins
         return plugins
 
-    def _run(self, task: Task, state: _TaskState, prepared: _Prepared) -> RunResult:
+    def _run(self, task: Task, state: _TaskState, prepared: _Prepared, select: list[str]) -> RunResult:
         box = self.pool.acquire(task.image_name)
         try:
             plugins = self._trusted_plugins(box, task.image_name)
@@ -407,7 +415,7 @@ class Scorer:
         with runner:  # closing it destroys the container: one scoring each
             return runner.run(
                 changes=prepared.changes,
-                select=[*task.FAIL_TO_PASS, *task.PASS_TO_PASS],
+                select=select,
                 extra_args=("--continue-on-collection-errors", "-p", GUARD_MODULE,
                             *(arg for plugin in plugins for arg in ("-p", plugin))),
                 env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
@@ -416,7 +424,7 @@ class Scorer:
                 python_args=("-P",),
             )
 
-    def _judge(self, task: Task, run: RunResult, result: RewardResult) -> None:
+    def _judge(self, task: Task, run: RunResult, result: RewardResult, tests: str) -> None:
         if run.status == "timeout":
             result.status, result.detail = "timeout", f"the tests ran past {self.timeout_s:g} s"
             result.fail_to_pass = dict.fromkeys(task.FAIL_TO_PASS, "timeout")
@@ -427,8 +435,9 @@ class Scorer:
             return run.results[nodeid].outcome if nodeid in run.results else "missing"
 
         result.fail_to_pass = {t: outcome(t) for t in task.FAIL_TO_PASS}
-        result.pass_to_pass = {t: outcome(t) for t in task.PASS_TO_PASS}
-        every = list(result.outcomes.values())
+        if tests == "all":
+            result.pass_to_pass = {t: outcome(t) for t in task.PASS_TO_PASS}
+        every = [outcome(t) for t in (result.outcomes if tests == "all" else task.FAIL_TO_PASS)]
         all_passed = all(o == "passed" for o in every)
         tampering = [value for name, value in run.properties if name == _TAMPERED_PROPERTY]
         if run.has_report and (_GUARD_PROPERTY, "1") not in run.properties:

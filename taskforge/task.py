@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 __all__ = ["Task", "TaskScorer", "Verdict", "is_doctest_id"]
 
@@ -92,4 +92,4 @@ class Verdict(Protocol):
 class TaskScorer(Protocol):
     """Scores a patch against a task (``taskforge.scorer.Scorer`` is one)."""
 
-    def score(self, task: Task, patch: str) -> Verdict: ...
+    def score(self, task: Task, patch: str, *, tests: Literal["all", "fail_to_pass"] = "all") -> Verdict: ...

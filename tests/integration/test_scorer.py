@@ -120,6 +120,21 @@ def test_gold_scores_one_and_empty_zero_on_every_task(tasks, scorer) -> None:  #
     assert pool_reused(scorer)
 
 
+def test_fail_to_pass_alone_shows_what_earns_nothing(tasks, scorer) -> None:  # type: ignore[no-untyped-def]
+    """``tests="fail_to_pass"`` (mining's quick empty-patch verdict) runs FAIL_TO_PASS only: the
+    empty patch fails them, gold passes them, PASS_TO_PASS are not run and nothing is credited."""
+    task = tasks[0]
+    empty = scorer.score(task, "", tests="fail_to_pass")
+    gold = scorer.score(task, task.patch, tests="fail_to_pass")
+    for result in (empty, gold):
+        assert result.status == "ok" and result.reward == 0.0, result.detail
+        assert set(result.pass_to_pass.values()) == {"not_run"}
+    assert any(o != "passed" for o in empty.fail_to_pass.values())
+    assert set(gold.fail_to_pass.values()) == {"passed"}
+    with pytest.raises(ValueError, match="fail_to_pass"):
+        scorer.score(task, "", tests="some")  # type: ignore[arg-type]
+
+
 def pool_reused(scorer: Scorer) -> bool:
     return scorer.pool.hits > 0
 
