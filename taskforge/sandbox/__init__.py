@@ -61,6 +61,9 @@ class SandboxLimits:
     """Docker security options."""
     output_limit_bytes: int = 4 * 1024 * 1024
     """Bytes kept per output stream of one exec; the rest is discarded and flagged."""
+    cgroup_parent: str = ""
+    """The cgroup the sandboxes are created under (Docker's --cgroup-parent; "" is the engine's
+    default): a cluster's accounting, or a benchmark that counts its own containers' CPU alone."""
 
     def __post_init__(self) -> None:
         for name in ("memory_mb", "pids_limit", "workspace_mb", "tmp_mb", "output_limit_bytes"):

@@ -111,6 +111,7 @@ class DockerBackend:
                 labels=all_labels,
                 working_dir="/workspace",
                 environment={"HOME": "/tmp/home"},
+                **({"cgroup_parent": limits.cgroup_parent} if limits.cgroup_parent else {}),
             )
         except docker.errors.ImageNotFound as err:
             raise SandboxError(f"image {image} does not exist: {_short(err)}", reason="image_missing") from err

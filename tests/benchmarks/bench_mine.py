@@ -8,9 +8,9 @@ same environment image, baseline and index, interleaved project by project:
 - naive (`_check_naive`): a fresh container for every check and the full suite for every check,
   and each task's image audit in a fresh container of its own (fast: one scan per repository).
 
-CPU time is what each pipeline causes: this process and its children, all containers (their
-cgroup) and the Docker daemons, so other work on a shared machine does not count; wall time is
-printed too. With ``--rounds N`` both pipelines mine every project N times (interleaved); each
+CPU time is what each pipeline causes: this process and its children, and the containers it
+starts (under a cgroup parent of their own), so other work on a shared machine and engine does not
+count; wall time is printed too. With ``--rounds N`` both pipelines mine every project N times (interleaved); each
 project's CPU time is the median of its rounds (the machine is shared and noisy). Per-stage seconds of the
 fast pipeline are printed for the README, and so is each fast task's audit time next to its
 validation time.
@@ -29,42 +29,43 @@ from pathlib import Path
 from taskforge.baseimage import current_base
 from taskforge.mine import MineConfig, mine_repository
 from taskforge.task import Task
-from taskforge.sandbox import open_backend
+from taskforge.sandbox import SandboxLimits, open_backend
 from taskforge.scorer import Scorer
 from tests.corpus import corpus
 
 
-def _cpu_seconds() -> float:
-    """CPU time this benchmark causes: this process and its children, every container (the
-    `docker` cpuacct cgroup, which keeps the time of containers already removed), and the Docker
-    daemons' own time. Other work on a shared machine does not count, unlike /proc/stat's busy time.
+CGROUP = f"taskforge-bench-{os.getpid()}"
+"""The cgroup parent of every container this benchmark's mining starts (``SandboxLimits.cgroup_parent``)."""
+GATE_CGROUP = f"{CGROUP}-gate"
+"""The cgroup parent of the scorer's containers: the verdict every task gets before it is kept."""
 
-    The daemons' children are left out on purpose: a container's shim reaps the processes exec'd
-    into it, so its children's time repeats what the cgroup already counts. That also leaves out
-    runc and the kernel's work to set up and tear down containers, which costs the naive pipeline
-    more than the fast one; the ratio errs in the naive pipeline's favour."""
+
+def _cgroup_seconds(name: str) -> float:
+    """CPU seconds of every container ever started under the cgroup parent ``name`` (the parent
+    keeps the time of containers already removed)."""
+    v1, v2 = Path("/sys/fs/cgroup/cpuacct") / name / "cpuacct.usage", Path("/sys/fs/cgroup") / name / "cpu.stat"
+    if v1.exists():
+        return int(v1.read_text()) / 1e9
+    if v2.exists():
+        return sum(int(line.split()[1]) for line in v2.read_text().splitlines() if line.startswith("usage_usec")) / 1e6
+    return 0.0
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """CPU time this benchmark causes, and the part of it in the scorer's containers (the gate).
+
+    All of it: this process and its children, and its own containers, which run under cgroup
+    parents of their own (:data:`CGROUP`, :data:`GATE_CGROUP`). Other jobs on a shared machine and
+    engine do not count, their containers included.
+
+    The Docker daemons' own time is left out: on a shared engine it cannot be told apart from other
+    jobs'. The naive pipeline starts far more containers and so causes more of it (and of runc's and
+    the kernel's container setup), so the ratio errs in the naive pipeline's favour."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-    usage = Path("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage")
-    if usage.exists():  # cgroup v1
-        total += int(usage.read_text()) / 1e9
-    else:  # cgroup v2
-        stat = Path("/sys/fs/cgroup/system.slice").glob("docker-*.scope/cpu.stat")
-        total += sum(int(line.split()[1]) for f in stat for line in f.read_text().splitlines()
-                     if line.startswith("usage_usec")) / 1e6
-    tick = os.sysconf("SC_CLK_TCK")
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            comm = (proc / "comm").read_text().strip()
-            if comm in ("dockerd", "containerd") or comm.startswith("containerd-shim"):
-                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
-        except OSError:  # the process exited meanwhile
-            continue
-    return total
+    gate = _cgroup_seconds(GATE_CGROUP)
+    total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + _cgroup_seconds(CGROUP) + gate
+    return total, gate
 
 
 def main() -> None:
@@ -76,12 +77,14 @@ def main() -> None:
     args = parser.parse_args()
     backend = open_backend("docker")
     base = current_base(backend)
-    scorer = Scorer(backend=backend)
+    limits = SandboxLimits.load(cgroup_parent=CGROUP)
+    scorer = Scorer(backend=backend, limits=SandboxLimits.load(cgroup_parent=GATE_CGROUP))
     config = MineConfig(max_tasks=args.max_tasks, max_attempts=args.max_tasks * 4, seed=0)
     report: dict[str, dict[str, object]] = {}
-    totals = {"fast": [0, 0.0, 0.0], "naive": [0, 0.0, 0.0]}
+    totals = {"fast": [0, 0.0, 0.0, 0.0], "naive": [0, 0.0, 0.0, 0.0]}  # tasks, cpu, wall, gate cpu
     cpu_rounds: dict[tuple[str, str], list[float]] = {}
     wall_rounds: dict[tuple[str, str], list[float]] = {}
+    gate_rounds: dict[tuple[str, str], list[float]] = {}
     audit_rounds: dict[str, list[tuple[float, float]]] = {}
     print(f"{'round':<6}{'project':<12}{'mode':<7}{'tasks':>6}{'cpu s':>9}{'wall s':>9}{'tasks/cpu-min':>15}")
     for round_ in range(args.rounds):
@@ -89,13 +92,15 @@ def main() -> None:
             source = corpus()[name].source
             if round_ == 0:  # warm caches: the environment image, the wheels
                 mine_repository(source, config=MineConfig(max_tasks=1, max_attempts=1), backend=backend, base=base,
-                                scorer=scorer)
+                                scorer=scorer, limits=limits)
             for mode in ("fast", "naive"):
-                cpu0, wall0 = _cpu_seconds(), time.monotonic()
+                (cpu0, gate0), wall0 = _cpu_seconds(), time.monotonic()
                 result = mine_repository(source, config=config, backend=backend, base=base, naive=mode == "naive",
-                                         scorer=scorer)
-                cpu, wall = _cpu_seconds() - cpu0, time.monotonic() - wall0
+                                         scorer=scorer, limits=limits)
+                (cpu1, gate1), wall = _cpu_seconds(), time.monotonic() - wall0
+                cpu, gate = cpu1 - cpu0, gate1 - gate0
                 cpu_rounds.setdefault((name, mode), []).append(cpu)
+                gate_rounds.setdefault((name, mode), []).append(gate)
                 wall_rounds.setdefault((name, mode), []).append(wall)
                 ids = sorted(t.instance_id for t in result.tasks)
                 entry = report.setdefault(name, {}).setdefault(mode, {"instance_ids": ids, "rounds": []})
@@ -104,7 +109,8 @@ def main() -> None:
                     print(f"warning: {name} {mode} mined other tasks in round {round_ + 1}")
                 entry["rounds"].append({
                     "tasks": len(result.tasks), "attempted": result.attempted, "cpu_s": round(cpu, 1),
-                    "wall_s": round(wall, 1), "runs": result.runs, "containers": result.containers,
+                    "wall_s": round(wall, 1), "gate_cpu_s": round(gate, 1), "runs": result.runs,
+                    "containers": result.containers,
                     "stage_s": {k: round(v, 1) for k, v in result.stage_s.items()},
                     "rejections": dict(result.rejections),
                 })
@@ -119,19 +125,26 @@ def main() -> None:
         assert isinstance(entry, dict)
         tasks = len(entry["instance_ids"])
         cpu, wall = statistics.median(cpus), statistics.median(wall_rounds[(name, mode)])
-        entry.update({"tasks": tasks, "cpu_s": round(cpu, 1), "wall_s": round(wall, 1),
+        gate = statistics.median(gate_rounds[(name, mode)])
+        entry.update({"tasks": tasks, "cpu_s": round(cpu, 1), "wall_s": round(wall, 1), "gate_cpu_s": round(gate, 1),
                       "tasks_per_cpu_min": round(tasks / (cpu / 60), 2) if cpu else 0.0,
                       "stage_s": entry["rounds"][-1]["stage_s"]})
         totals[mode][0] += tasks
         totals[mode][1] += cpu
         totals[mode][2] += wall
+        totals[mode][3] += gate
         print(f"{name:<12}{mode:<7}{tasks:>6}{cpu:>9.1f}{wall:>9.1f}{entry['tasks_per_cpu_min']:>15.2f}"
-              f"   (cpu s per round: {', '.join(f'{c:.1f}' for c in cpus)})")
+              f"   (cpu s per round: {', '.join(f'{c:.1f}' for c in cpus)}; the scorer's verdicts: {gate:.1f})")
     audits = [(i, statistics.median(v for v, _ in rows), statistics.median(a for _, a in rows))
               for i, rows in audit_rounds.items()]
     fast = totals["fast"][0] / (totals["fast"][1] / 60)
     naive = totals["naive"][0] / (totals["naive"][1] / 60)
     print(f"all: fast {fast:.2f} tasks/cpu-min, naive {naive:.2f} tasks/cpu-min, speedup {fast / naive:.2f}x")
+    # What the verdict through the scorer costs: both pipelines pay the same for it.
+    print(f"the scorer's verdicts (gold and empty, fresh containers): fast {totals['fast'][3]:.1f} of "
+          f"{totals['fast'][1]:.1f} CPU s ({totals['fast'][3] / totals['fast'][1]:.0%}), naive {totals['naive'][3]:.1f} "
+          f"of {totals['naive'][1]:.1f} ({totals['naive'][3] / totals['naive'][1]:.0%}); speedup without them "
+          f"{(totals['naive'][1] - totals['naive'][3]) / (totals['fast'][1] - totals['fast'][3]) * totals['fast'][0] / max(totals['naive'][0], 1):.2f}x")
     for name, modes in report.items():
         same = modes["fast"]["instance_ids"] == modes["naive"]["instance_ids"]
         print(f"{name}: same tasks in both modes: {same}; fast stages: {modes['fast']['stage_s']}")
