@@ -50,7 +50,8 @@ from typing import TYPE_CHECKING, Any
 from taskforge.errors import LLMError, TaskforgeError
 from taskforge.llm import ChatClient, LLMConfig, ToolCall, write_trajectory
 from taskforge.removal import NOT_APPLICABLE, STRATEGIES, Removal, Strategy
-from taskforge.symbols import SymbolIndex, is_test_path
+from taskforge.symbols import SymbolIndex
+from taskforge.testfiles import is_test_path
 
 if TYPE_CHECKING:
     from taskforge.testrun import SuiteRunner

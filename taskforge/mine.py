@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from taskforge import __version__
@@ -56,12 +56,12 @@ from taskforge.statements import (
     load_writer,
     removed_symbols,
 )
-from taskforge.symbols import SymbolIndex, build_index, is_test_path
+from taskforge.symbols import SymbolIndex, build_index
 from taskforge.task import Task, TaskScorer, is_doctest_id
 from taskforge.testfiles import TestLayout
 from taskforge.testrun import RunResult, SuiteRunner, require_test_files
 
-__all__ = ["MineConfig", "Rejected", "RepoResult", "Task", "is_test_file", "mine_repository"]
+__all__ = ["MineConfig", "Rejected", "RepoResult", "Task", "mine_repository"]
 
 _CONTINUE = ("--continue-on-collection-errors",)
 _TRACEBACKS = ("auto", "long", "short", "line", "native", "no")
@@ -69,11 +69,6 @@ _TRACEBACKS = ("auto", "long", "short", "line", "native", "no")
 
 def _tb(config: MineConfig) -> tuple[str, ...]:
     return () if config.tracebacks is None else (f"--tb={config.tracebacks}",)
-
-
-def is_test_file(path: str) -> bool:
-    """Test code under pytest's default configuration (mining asks the project's own: ``_Context.layout``)."""
-    return is_test_path(PurePosixPath(path))
 
 
 @dataclass(kw_only=True, slots=True)

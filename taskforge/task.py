@@ -82,11 +82,16 @@ class Task:
 class Verdict(Protocol):
     """What a scorer says of one patch (``taskforge.rewards.RewardResult`` is one)."""
 
-    status: str
-    reward: float
-    detail: str
-    fail_to_pass: dict[str, str]
-    pass_to_pass: dict[str, str]
+    @property
+    def status(self) -> str: ...
+    @property
+    def reward(self) -> float: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def fail_to_pass(self) -> dict[str, str]: ...
+    @property
+    def pass_to_pass(self) -> dict[str, str]: ...
 
 
 class TaskScorer(Protocol):
