@@ -169,6 +169,27 @@ class StateTrees:
         return self._git("write-tree").strip()
 
 
+    def changed(self, old: str, new: str) -> list[tuple[str, str, str, str]]:
+        """What differs from tree ``old`` to tree ``new``, renames as a deletion and an addition:
+        ``(path, status A/M/D/T, new mode, new object id)`` per path."""
+        raw = self._git("diff-tree", "-r", "--raw", "--no-renames", "-z", old, new).split("\0")
+        found = []
+        for meta, rel in zip(raw[0::2], raw[1::2], strict=False):
+            fields = meta.lstrip(":").split()
+            if len(fields) >= 5:
+                found.append((rel, fields[4][:1], fields[1], fields[3]))
+        return found
+
+    def blob(self, object_id: str) -> bytes:
+        """The bytes of a blob of the snapshot's store or the scratch one."""
+        proc = subprocess.run(["git", "cat-file", "blob", object_id], cwd=self.snapshot, capture_output=True,
+                              env={**os.environ, **_GIT_ENV, **self._env}, check=False)
+        if proc.returncode != 0:
+            raise TaskforgeError(f"git cat-file failed: {proc.stderr.decode(errors='replace').strip()[:300]}",
+                                 reason="patch_failed")
+        return proc.stdout
+
+
 def apply_patch(snapshot: Path, changes: Changes, patch: str) -> dict[str, str | None]:
     """Apply ``patch`` to the state ``changes``; return the resulting state's changes."""
     with materialize(snapshot, changes) as work:

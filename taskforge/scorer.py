@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import queue
-import subprocess
 import tempfile
 import threading
 import time
@@ -48,7 +46,7 @@ from typing import Any, Literal, Self
 from taskforge.environment import Environment
 from taskforge.errors import SandboxError, TaskforgeError, TestRunError
 from taskforge.task import Task
-from taskforge.patches import apply_patch, materialize
+from taskforge.patches import StateTrees, apply_patch
 from taskforge.rewards import (
     MODES,
     SCORER_VERSION,
@@ -416,7 +414,10 @@ class Scorer:
             return runner.run(
                 changes=prepared.changes,
                 select=select,
-                extra_args=("--continue-on-collection-errors", "-p", GUARD_MODULE,
+                # The verdict reads each test's outcome and the first line of its message, which
+                # the JUnit report gives the same in every traceback style; long tracebacks of the
+                # failing tests cost more CPU than the tests (most candidates fail some).
+                extra_args=("--continue-on-collection-errors", "--tb=line", "-p", GUARD_MODULE,
                             *(arg for plugin in plugins for arg in ("-p", plugin))),
                 env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
                      "TASKFORGE_GUARD_CANDIDATE": json.dumps([f"/workspace/{rel}" for rel in prepared.kept]),
@@ -466,36 +467,25 @@ def _text(content: bytes) -> str | None:
 
 
 def _apply_candidate(start: Path, patch: str) -> list[tuple[str, Any, bytes | None]]:
-    """Apply ``patch`` to a scratch copy of the start state: each changed path, its kind
-    (added, modified, deleted, symlink, submodule) and its new content (None when deleted)."""
+    """Apply ``patch`` to the start state, as trees in a scratch index and object store (nothing
+    of the patch is ever written as a file): each changed path, its kind (added, modified,
+    deleted, symlink, submodule) and its new content (None when deleted)."""
     if not patch.strip():
         return []
-    with materialize(start) as work:
-        env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
-
-        def git(*args: str, stdin: str | None = None) -> str:
-            proc = subprocess.run(["git", "-c", "core.quotepath=false", *args], cwd=work, input=stdin,
-                                  capture_output=True, text=True, env=env, check=False)
-            if proc.returncode != 0:
-                raise _PatchFailed(f"git {args[0]}: {proc.stderr.strip()[:400] or 'failed'}")
-            return proc.stdout
-
-        git("apply", "--whitespace=nowarn", "-", stdin=patch)
-        git("add", "-A")
-        raw = git("diff", "--cached", "--raw", "--no-renames", "-z", "HEAD").split("\0")
+    with StateTrees(start) as trees:
+        head = trees.tree({})
+        try:
+            new = trees.apply(head, patch)
+        except TaskforgeError as err:
+            raise _PatchFailed(str(err)) from err
         changed: list[tuple[str, Any, bytes | None]] = []
-        for meta, rel in zip(raw[0::2], raw[1::2], strict=False):
-            fields = meta.lstrip(":").split()
-            if len(fields) < 5:
-                continue
-            new_mode, status = fields[1], fields[4]
-            path = work / rel
+        for rel, status, mode, object_id in trees.changed(head, new):
             if status == "D":
                 changed.append((rel, "deleted", None))
-            elif new_mode == "120000":
+            elif mode == "120000":
                 changed.append((rel, "symlink", None))
-            elif new_mode == "160000":
+            elif mode == "160000":
                 changed.append((rel, "submodule", None))
             else:
-                changed.append((rel, "added" if status == "A" else "modified", path.read_bytes()))
+                changed.append((rel, "added" if status == "A" else "modified", trees.blob(object_id)))
         return changed
