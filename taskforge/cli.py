@@ -181,34 +181,41 @@ def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: st
 @main.command("validate")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write each task's result as JSON (instance_id: ok, problems), for `taskforge report`.")
+              help="Also write each task's result as JSON (instance_id: ok, problems), for `taskforge report`. "
+              "Tasks it already holds are not checked again: a long validation resumes where it stopped.")
 @_one_line_errors
 def validate_command(directory: Path, report_path: Path | None) -> None:
     """Validate every task in DIRECTORY again, from scratch, in fresh containers."""
     from taskforge.baseimage import current_base
     from taskforge.datasets import read_tasks
+    from taskforge.datasets.manifest import write_atomic
     from taskforge.sandbox import open_backend
     from taskforge.validate import check_task
 
     backend = open_backend("docker")
     base = current_base(backend)
     tasks = read_tasks(directory)
-    broken = 0
-    results: dict[str, dict[str, object]] = {}
+    results: dict[str, dict[str, Any]] = {}
+    if report_path is not None and report_path.is_file():
+        try:
+            results = json.loads(report_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise click.BadParameter(f"{report_path} is not valid JSON ({err}); remove it to validate again",
+                                     param_hint="--report") from err
+        done = sum(1 for t in tasks if t.instance_id in results)
+        if done:
+            _status(f"{done} task(s) already in {report_path}; not checked again")
     for task in tasks:
-        check = check_task(task, backend=backend, base=base)
-        results[task.instance_id] = {"ok": check.ok, "problems": check.problems}
-        if report_path is not None:  # after every task: a long validation interrupted keeps what it did
-            from taskforge.datasets.manifest import write_atomic
-
-            write_atomic(report_path, json.dumps(results, indent=1).encode())
-        if check.ok:
-            click.echo(f"ok      {task.instance_id}")
-        else:
-            broken += 1
-            click.echo(f"BROKEN  {task.instance_id}")
-            for problem in check.problems[:10]:
-                click.echo(f"        {problem}")
+        if task.instance_id not in results:
+            check = check_task(task, backend=backend, base=base)
+            results[task.instance_id] = {"ok": check.ok, "problems": check.problems}
+            if report_path is not None:  # after every task: an interrupted validation keeps what it did
+                write_atomic(report_path, json.dumps(results, indent=1).encode())
+        result = results[task.instance_id]
+        click.echo(f"{'ok     ' if result['ok'] else 'BROKEN '} {task.instance_id}")
+        for problem in ([] if result["ok"] else result["problems"][:10]):
+            click.echo(f"        {problem}")
+    broken = sum(1 for t in tasks if not results[t.instance_id]["ok"])
     click.echo(f"{len(tasks) - broken} of {len(tasks)} tasks hold")
     if broken:
         sys.exit(1)
