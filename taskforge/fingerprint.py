@@ -17,11 +17,12 @@ legitimately see, and little an unrelated project is likely to contain:
   find there is dropped, so the two sides cannot disagree about what is visible.
 * no name, signature or constant that the Python standard library also uses (``close``,
   ``"Content-Type"``): a third-party package in the sandbox could use it just as well.
-* no name or signature that a dependency of the environment defines (its wheels, see
-  :func:`interface_names`): a hook implementation matches the hookspec that declares it
+* no signature that a dependency of the environment also defines, nor the bare name of a function
+  removed with such a signature (:func:`interface_names`; a dependency's copy of the project is
+  no dependency): a hook implementation matches the hookspec that declares it
   (``def pytest_generate_tests(metafunc)`` is in pytest), a method that overrides a dependency's
-  base class matches the base. That is an interface, not a copy; nor does such a name anchor an
-  n-gram on its own.
+  base class matches the base. That is an interface, not a copy. The n-grams of the body are
+  kept: they are what a copy would share.
 * nothing too small to tell apart: constants under six characters, docstrings under 24, items
   without a word of five characters or more (the audit's prefilter needs one), n-grams that hold
   only keywords, operators and common names.
@@ -61,7 +62,7 @@ from taskforge.audit_scan import (
     token_words,
 )
 
-__all__ = ["DEFAULT_NGRAM", "STRATEGIES", "Fingerprint", "build_fingerprint", "interface_names"]
+__all__ = ["DEFAULT_NGRAM", "STRATEGIES", "Fingerprint", "build_fingerprint", "interface_names", "task_interfaces"]
 
 DEFAULT_NGRAM = 12
 """Twelve normalized tokens (about one and a half lines of code): long enough that an unrelated
@@ -560,14 +561,19 @@ def _read_stdlib_vocabulary(root: str) -> _Vocabulary:
                        found_in=found_in)
 
 
-_DEFINITION = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
-_INTERFACES_FORMAT = 1
+_INTERFACES_FORMAT = 2
+_INTERFACE_FILE_BYTES = 1 << 20
 
 
-def interface_names(wheelhouse: str | os.PathLike[str]) -> frozenset[str]:
-    """Every function and class name defined in the Python files of the wheels in ``wheelhouse``
-    (the environment's dependencies, which the image installs): the interfaces a project may
-    implement or override. Read once per set of wheels and kept in the cache folder; an absent
+def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = ()) -> frozenset[str]:
+    """The signatures (``def name(a, b=...)``, as the fingerprint writes them) of every function
+    and method defined in the Python files of the wheels in ``wheelhouse`` (the environment's
+    dependencies, which the image installs): the interfaces a project may implement or override.
+
+    Files that lie under a folder or module named like one of ``own`` (the project's top-level
+    packages and modules) are left out: a dependency that vendors the project
+    (``setuptools/_vendor/more_itertools``) holds copies, not interfaces, and a copy in the image
+    must stay evidence. Read once per set of wheels and kept in the cache folder; an absent
     wheelhouse (a task audited on another machine) gives none, which only makes the audit stricter."""
     import zipfile
 
@@ -578,27 +584,40 @@ def interface_names(wheelhouse: str | os.PathLike[str]) -> frozenset[str]:
         wheels = sorted(name for name in os.listdir(folder) if name.endswith(".whl"))
     except OSError:
         return frozenset()
-    key = hashlib.sha256("\0".join([str(_INTERFACES_FORMAT), *wheels]).encode()).hexdigest()[:16]
+    own_names = sorted({PurePosixPath(name).stem for name in own})
+    key = hashlib.sha256("\0".join([str(_INTERFACES_FORMAT), *own_names, "", *wheels]).encode()).hexdigest()[:16]
     stored = cache_root() / "audit" / f"interfaces-{key}.json"
     try:
         return frozenset(json.loads(stored.read_text(encoding="utf-8")))
     except (OSError, ValueError):
         pass
-    names: set[str] = set()
+    signatures: set[str] = set()
     for wheel in wheels:
         try:
             with zipfile.ZipFile(os.path.join(folder, wheel)) as archive:
-                for member in archive.namelist():
-                    if member.endswith(_PYTHON_SUFFIXES):
-                        names.update(_DEFINITION.findall(archive.read(member).decode("utf-8", "replace")))
+                for info in archive.infolist():
+                    parts = PurePosixPath(info.filename).parts
+                    if (not info.filename.endswith(_PYTHON_SUFFIXES) or info.file_size > _INTERFACE_FILE_BYTES
+                            or any(PurePosixPath(part).stem in own_names for part in parts)):
+                        continue
+                    tree = _parse(archive.read(info).decode("utf-8", "replace"))
+                    if tree is not None:
+                        signatures.update(_format_signature(node) for node in ast.walk(tree)
+                                          if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
         except (OSError, zipfile.BadZipFile):
             continue  # an unreadable wheel would not install either
     stored.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".interfaces-", dir=stored.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(sorted(names), handle)
+        json.dump(sorted(signatures), handle)
     os.replace(tmp, stored)
-    return frozenset(names)
+    return frozenset(signatures)
+
+
+def task_interfaces(task: Any) -> frozenset[str]:
+    """:func:`interface_names` of a task row's environment (its ``environment`` JSON)."""
+    env = json.loads(task.environment)
+    return interface_names(env["wheelhouse"], own=env.get("package_paths", ()))
 
 
 def _cut_docstring(docstring: str) -> str:
@@ -613,9 +632,7 @@ def _token_words(token: str) -> tuple[str, ...]:
     return tuple(token_words(token))
 
 
-def _ngram_anchor(
-    words: set[str], vocabulary: _Vocabulary, state: _StartState, interfaces: frozenset[str] = frozenset()
-) -> tuple[str, ...] | None:
+def _ngram_anchor(words: set[str], vocabulary: _Vocabulary, state: _StartState) -> tuple[str, ...] | None:
     """Every word of an n-gram, rarest first, if the rarest is the project's own name, or if files
     holding its :data:`ANCHOR_WORDS` rarest are rare enough (:data:`MAX_ANCHOR_RATE`, as if the
     words were independent) and no standard library module holds them all (they are not an
@@ -624,7 +641,7 @@ def _ngram_anchor(
     rate = 1.0
     for word in ranked[:ANCHOR_WORDS]:
         rate *= vocabulary.rate(word)
-    if ranked and ((_own_name(ranked[0], vocabulary) and ranked[0] not in interfaces)
+    if ranked and (_own_name(ranked[0], vocabulary)
                    or (rate <= MAX_ANCHOR_RATE and not vocabulary.co_occur(ranked[:ANCHOR_WORDS]))):
         # All of the n-gram's words: a unit lacking any of them cannot hold it, and the audit
         # tokenizes only units that hold every word of some anchor.
@@ -684,7 +701,7 @@ def build_fingerprint(
     tests). ``after``: the same paths -> start-state text, None for a deleted file (a missing path
     counts as deleted). ``visible``: every text file of the clean start state. ``strategy``: the
     removal strategy (``body``, ``symbol``, ``module``). ``test_ids``: the hidden FAIL_TO_PASS ids.
-    ``interfaces``: names the environment's dependencies define (:func:`interface_names`).
+    ``interfaces``: signatures the environment's dependencies define (:func:`interface_names`).
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -711,7 +728,7 @@ def build_fingerprint(
 
     ngrams: dict[int, tuple[str, ...]] = {}
     for h, words in windows.items():
-        anchor = _ngram_anchor(words, vocabulary, state, interfaces)
+        anchor = _ngram_anchor(words, vocabulary, state)
         if anchor is not None:
             ngrams[h] = anchor
 
@@ -721,10 +738,14 @@ def build_fingerprint(
     constants: set[str] = set()
     docstrings: set[str] = set()
     bodies: dict[str, set[str]] = {}
+    # A removed function whose signature a dependency also defines implements or overrides it:
+    # neither its signature nor its bare name is evidence (its body's n-grams still are).
+    implemented = {parsed[0] for loss in losses for s in loss.signatures
+                   if s in interfaces and (parsed := parse_signature(s)) is not None}
     for loss in losses:
         for name in loss.names:
             if (len(name) >= MIN_WORD and name not in state.identifiers and name not in common_identifiers
-                    and name not in interfaces):
+                    and name not in implemented):
                 names.add(name)
         for name in loss.dotted:
             path_form = "/".join(name.split(".")) + ".py"
@@ -732,7 +753,7 @@ def build_fingerprint(
                 dotted.add(name)
         for signature in loss.signatures:
             parsed = parse_signature(signature)
-            if (parsed is not None and parsed[0] not in common_identifiers and parsed[0] not in interfaces
+            if (parsed is not None and parsed[0] not in common_identifiers and signature not in interfaces
                     and anchor_word(signature)):
                 signatures.add(signature)
         for value in loss.constants:

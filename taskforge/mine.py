@@ -57,7 +57,7 @@ from taskforge.statements import (
     removed_symbols,
 )
 from taskforge.symbols import SymbolIndex, build_index
-from taskforge.task import Task, TaskScorer, is_doctest_id
+from taskforge.task import Task, TaskScorer, is_ambiguous_doctest_id, is_doctest_id
 from taskforge.testfiles import TestLayout
 from taskforge.testrun import RunResult, SuiteRunner, require_test_files
 
@@ -223,7 +223,7 @@ def _fork_disagreement(forked: RunResult, agreed: Mapping[str, str]) -> str:
     return ""
 
 
-def _baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: RepoResult) -> _Baseline:
+def _baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: RepoResult, layout: TestLayout) -> _Baseline:
     """The unmodified suite, ``runs`` times, each in a new interpreter under its own hash seed (the
     first under coverage); then once in the fork server, which the repository keeps only if that
     run agrees with them (otherwise every later run starts a new interpreter).
@@ -265,8 +265,12 @@ def _baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: RepoRe
     unsettled = {_test_function(t) for t in seen - set(agreed)}
     seed_dependent = {t for t in seen if _test_function(t) in unsettled}
     first = fresh[0]
+    # What the scorer, reading ids alone, could take for a test or a doctest either way: in neither list.
+    ambiguous = {t for t in first.results
+                 if is_ambiguous_doctest_id(t, test_module=bool(layout.test_modules([t.split("::", 1)[0]])))}
     return _Baseline(
-        passing=tuple(t for t in first.results if agreed.get(t) == "passed" and t not in seed_dependent),
+        passing=tuple(t for t in first.results
+                      if agreed.get(t) == "passed" and t not in seed_dependent and t not in ambiguous),
         tests=tuple(first.results),
         coverage=first.coverage or {},
         importable=tuple(m for m in sorted(index.modules) if m not in first.import_errors),
@@ -596,7 +600,7 @@ def _make_task(candidate: Candidate, removal: Removal, checked: _Checked, ctx: _
         lines_removed=lines_removed,
         validation=json.dumps(
             {"repeats": ctx.config.repeats, "predicted_tests": len(candidate.tests), "agent": ctx.agent.name,
-             "writer": writer.name, **checked.timings,
+             "writer": writer.name, "test_layout": ctx.layout.to_json(), **checked.timings,
              **({"agent_trajectory": removal.trajectory} if removal.trajectory is not None else {})},
             sort_keys=True,
         ),
@@ -749,11 +753,11 @@ def _mine_repository(
         with stage("index"):
             layout = runner.layout()  # where the project's pytest configuration puts its tests
             index = build_index(snapshot.path, package_paths=env.package_paths, layout=layout)
-            interfaces = interface_names(env.wheelhouse)
+            interfaces = interface_names(env.wheelhouse, own=env.package_paths)
         # The LLM agent's run_tests tool runs in the warm container too.
         ctx_agent = load_agent(config.agent, **({"llm": config.llm, "runner": runner} if config.agent == "llm" else {}))
         with stage("baseline"):
-            baseline = _baseline(runner, index, config.baseline_runs, result)
+            baseline = _baseline(runner, index, config.baseline_runs, result, layout)
         result.tests, result.passing = len(baseline.tests), len(baseline.passing)
         result.seed_dependent = len(baseline.seed_dependent)
         result.fork_server = baseline.fork_server

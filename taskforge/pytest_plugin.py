@@ -43,6 +43,33 @@ _coverage_key = pytest.StashKey[Any]()
 _coverage_out_key = pytest.StashKey[str]()
 _select_key = pytest.StashKey[frozenset[str]]()
 _layout_key = pytest.StashKey[str]()
+_doctest_only_key = pytest.StashKey[frozenset[str]]()
+
+
+def _is_doctest_id(nodeid: str) -> bool:
+    # As taskforge.task.is_doctest_id: a module's doctest, ``pkg/mod.py::pkg.mod.func``.
+    path, sep, name = nodeid.partition("::")
+    return bool(sep) and "::" not in name and path.endswith(".py") and "." in name.split("[", 1)[0]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> Generator[None, Any, None]:
+    # A source module given on the command line for its doctests alone is collected for them
+    # alone: pytest collects every file named on the command line as a test module too, whatever
+    # python_files says, which would run its test-like functions and module-level hooks.
+    outcome = yield
+    doctest_only = parent.config.stash.get(_doctest_only_key, frozenset())
+    if not doctest_only:
+        return
+    try:
+        rel = file_path.relative_to(parent.config.rootpath).as_posix()
+    except ValueError:
+        return
+    if rel in doctest_only:
+        from _pytest.doctest import DoctestModule
+
+        outcome.force_result([c for c in outcome.get_result()
+                              if isinstance(c, DoctestModule) or not isinstance(c, pytest.Module)])
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -54,7 +81,13 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     select = os.environ.pop(SELECT_ENV, None)
     if select is not None:
         with open(select, encoding="utf-8") as f:
-            early_config.stash[_select_key] = frozenset(json.load(f))
+            wanted = frozenset(json.load(f))
+        early_config.stash[_select_key] = wanted
+        files: dict[str, bool] = {}
+        for nodeid in wanted:
+            path = nodeid.split("::", 1)[0]
+            files[path] = files.get(path, False) or not _is_doctest_id(nodeid)
+        early_config.stash[_doctest_only_key] = frozenset(path for path, tests in files.items() if not tests)
     layout_out = os.environ.pop(LAYOUT_OUT_ENV, None)
     if layout_out is not None:
         early_config.stash[_layout_key] = layout_out

@@ -65,6 +65,7 @@ from taskforge.tamper import (
     lint_text,
     new_findings,
 )
+from taskforge.testfiles import TestLayout
 from taskforge.testrun import RunResult, SuiteRunner
 from taskforge.validate import rebuild_start_state
 
@@ -349,7 +350,8 @@ class Scorer:
                 state = _TaskState(
                     start=start,
                     env=Environment.from_json(json.loads(task.environment)),
-                    tests=TestPaths.of([*task.FAIL_TO_PASS, *task.PASS_TO_PASS], hidden),
+                    tests=TestPaths.of([*task.FAIL_TO_PASS, *task.PASS_TO_PASS], hidden,
+                                       layout=TestLayout.from_json(json.loads(task.validation).get("test_layout") or {})),
                     gold=apply_patch(start.path, {}, task.patch),
                     hidden=hidden,
                 )

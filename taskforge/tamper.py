@@ -44,7 +44,7 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from taskforge.task import is_doctest_id
-from taskforge.testfiles import is_test_path
+from taskforge.testfiles import DEFAULT_LAYOUT, TestLayout, is_test_path
 
 __all__ = [
     "Finding",
@@ -76,11 +76,14 @@ class TestPaths:
     """Files holding a FAIL_TO_PASS or PASS_TO_PASS test, and files the test_patch touches; not
     the modules whose doctests are tests (``taskforge.task.is_doctest_id``): they are source,
     which the candidate writes (the gold patch may well restore one)."""
+    layout: TestLayout = DEFAULT_LAYOUT
+    """Which other files are tests: the project's pytest configuration, as mining asked it."""
 
     @classmethod
-    def of(cls, test_ids: Iterable[str], test_patch_paths: Iterable[str]) -> TestPaths:
+    def of(cls, test_ids: Iterable[str], test_patch_paths: Iterable[str], *,
+           layout: TestLayout = DEFAULT_LAYOUT) -> TestPaths:
         files = {t.split("::", 1)[0] for t in test_ids if not is_doctest_id(t)}
-        return cls(protected=frozenset(files | set(test_patch_paths)))
+        return cls(protected=frozenset(files | set(test_patch_paths)), layout=layout)
 
 
 def _pytest_section_changed(rel: str, before: str | None, after: str | None) -> bool | None:
@@ -143,7 +146,7 @@ def classify_change(
         return "tamper", f"module shadowing the test harness {rel}"
     if rel in tests.protected:
         return "tamper", f"test file {kind} {rel}"
-    if is_test_path(rel):
+    if tests.layout.is_test_file(rel):
         if kind == "deleted":
             return "tamper", f"test file deleted {rel}"
         return "drop", f"test file {kind} {rel}"

@@ -12,23 +12,32 @@ from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
 from typing import Any, Literal, Protocol
 
-__all__ = ["Task", "TaskScorer", "Verdict", "is_doctest_id"]
+__all__ = ["Task", "TaskScorer", "Verdict", "is_ambiguous_doctest_id", "is_doctest_id"]
 
 
 def is_doctest_id(nodeid: str) -> bool:
-    """Whether a node id names a doctest of a Python module (``pkg/mod.py::pkg.mod.func``,
-    ``mod.py::mod`` for a module docstring): its second part is a dotted name, or the module's
-    own name, where a test function's is an identifier starting with ``test``.
+    """Whether a node id names a doctest of a Python module (``pkg/mod.py::pkg.mod.func``): its
+    second and last part is a dotted name, which no test function's or class's can be (an
+    identifier, then ``[parameters]``).
 
     Doctests are tests, but their module is source: the candidate writes it, so they are never
-    FAIL_TO_PASS, and a file holding them is not a test file. Doctests of text files
-    (``README.rst::README.rst``) are neither: those files are tests alone.
+    FAIL_TO_PASS, and a file holding them is not a test file. A module docstring's doctest of a
+    top-level module (``mod.py::mod``) cannot be told from a test function by its id; mining keeps
+    such ids out of both lists. Doctests of text files (``README.rst::README.rst``) are neither:
+    those files are tests alone.
     """
     path, sep, name = nodeid.partition("::")
     if not sep or "::" in name or not path.endswith(".py"):
         return False
-    name = name.split("[", 1)[0]
-    return "." in name or (name == PurePosixPath(path).stem and not name.startswith("test"))
+    return "." in name.split("[", 1)[0]
+
+
+def is_ambiguous_doctest_id(nodeid: str, *, test_module: bool) -> bool:
+    """Whether ``nodeid`` may be a module docstring's doctest that :func:`is_doctest_id` cannot
+    tell from a test: ``mod.py::mod`` in a file pytest does not collect as a test module."""
+    path, sep, name = nodeid.partition("::")
+    return (bool(sep) and "::" not in name and path.endswith(".py") and not test_module
+            and name.split("[", 1)[0] == PurePosixPath(path).stem)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

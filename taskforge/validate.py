@@ -11,7 +11,6 @@ must be the row's ``base_commit``. Then, each in a fresh container on that repos
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from taskforge.audit import AuditResult, audit_task_state, scan_image
 from taskforge.baseimage import BaseImage
 from taskforge.environment import build_environment
 from taskforge.errors import TaskforgeError
-from taskforge.fingerprint import Fingerprint, interface_names
+from taskforge.fingerprint import Fingerprint, task_interfaces
 from taskforge.task import Task
 from taskforge.patches import apply_patch
 from taskforge.sandbox import SandboxBackend, SandboxLimits
@@ -79,7 +78,7 @@ def audit_tasks(
                 source_dir=source.path, start_dir=start.path,
                 start_changes=apply_patch(source.path, {}, task.removal_patch),
                 strategy=task.strategy, test_ids=task.FAIL_TO_PASS,
-                interfaces=interface_names(json.loads(task.environment)["wheelhouse"]),
+                interfaces=task_interfaces(task),
             )
             results[task.instance_id] = audit
             by_image.setdefault(task.image_name, {})[task.instance_id] = fingerprint

@@ -29,7 +29,6 @@ An image with any finding is deleted, and the export fails.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import tempfile
 from collections.abc import Callable, Sequence
@@ -123,7 +122,7 @@ def build_task_image(task: Task, *, backend: ImageBackend, limits: SandboxLimits
     """Build (or find) the task's image and audit it; raises ``TaskforgeError`` (reason
     ``image_audit_findings``) and deletes the image if the audit finds anything."""
     from taskforge.audit import AuditResult, audit_task_state
-    from taskforge.fingerprint import interface_names
+    from taskforge.fingerprint import task_interfaces
     from taskforge.patches import apply_patch
     from taskforge.sandbox import SandboxLimits
     from taskforge.sources import fetch
@@ -138,7 +137,7 @@ def build_task_image(task: Task, *, backend: ImageBackend, limits: SandboxLimits
         fingerprint, audit = audit_task_state(
             source_dir=source.path, start_dir=start.path, start_changes=apply_patch(source.path, {}, task.removal_patch),
             strategy=task.strategy, test_ids=task.FAIL_TO_PASS,
-            interfaces=interface_names(json.loads(task.environment)["wheelhouse"]),
+            interfaces=task_interfaces(task),
         )
         if fingerprint.empty:
             raise TaskforgeError(f"{task.instance_id}: its removed code has nothing distinctive to search for, so no "

@@ -275,7 +275,8 @@ def test_audit_scan_imports_only_the_standard_library() -> None:
 def test_a_dependencys_interface_is_no_evidence(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Hidden tests that implement a pytest hook lose ``def pytest_generate_tests(metafunc)``;
     pytest's hookspec in the image declares the same signature. The wheels of the environment
-    (here one wheel, built as pip would find it) name their interfaces, and those are dropped."""
+    (here two wheels, built as pip would find them) name their interfaces, and those are dropped,
+    but not the body's n-grams, and not what a dependency's copy of the project defines."""
     import zipfile
 
     from taskforge.fingerprint import interface_names
@@ -285,12 +286,16 @@ def test_a_dependencys_interface_is_no_evidence(tmp_path, monkeypatch) -> None: 
     wheelhouse.mkdir()
     with zipfile.ZipFile(wheelhouse / "hookish-1.0-py3-none-any.whl", "w") as wheel:
         wheel.writestr("hookish/hookspec.py", "def pytest_generate_tests(metafunc: 'Metafunc') -> None:\n"
-                                              "    '''Generate tests.'''\n\nclass BaseVisitor:\n"
-                                              "    async def visit_statement_node(self, node):\n        pass\n")
+                                              "    \"\"\"Generate tests.\"\"\"\n\nclass BaseVisitor:\n"
+                                              "    async def visit_statement_node(self, node, *, depth=0):\n        pass\n")
         wheel.writestr("hookish-1.0.dist-info/METADATA", "Name: hookish\nVersion: 1.0\n")
-    interfaces = interface_names(wheelhouse)
-    assert {"pytest_generate_tests", "BaseVisitor", "visit_statement_node"} <= interfaces
-    assert interface_names(wheelhouse) == interfaces  # read back from the cache
+    with zipfile.ZipFile(wheelhouse / "vendorer-1.0-py3-none-any.whl", "w") as wheel:  # vendors the project
+        wheel.writestr("vendorer/_vendor/pkg/__init__.py", "def reverse_phrase_words(p):\n    return p\n")
+    interfaces = interface_names(wheelhouse, own=["pkg"])
+    assert {"def pytest_generate_tests(metafunc)", "async def visit_statement_node(self, node, *, depth=...)"} <= interfaces
+    assert "def reverse_phrase_words(p)" not in interfaces  # a copy of the project is no interface
+    assert "def reverse_phrase_words(p)" in interface_names(wheelhouse)
+    assert interface_names(wheelhouse, own=["pkg"]) == interfaces  # read back from the cache
     assert interface_names(tmp_path / "absent") == frozenset()
 
     hidden = ("from pkg import reverse_phrase_words\n\n\ndef pytest_generate_tests(metafunc):\n"
@@ -307,3 +312,4 @@ def test_a_dependencys_interface_is_no_evidence(tmp_path, monkeypatch) -> None: 
     assert "pytest_generate_tests" not in aware.names
     assert "pkg.check_generated.pytest_generate_tests" in aware.names  # the project's own dotted name stays
     assert "def test_reversing_twice_gives_the_phrase(phrase)" in aware.signatures  # the rest is still searched
+    assert aware.ngrams == plain.ngrams  # a copy of the body is found either way

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskforge.task import is_doctest_id
+from taskforge.task import is_ambiguous_doctest_id, is_doctest_id
 from taskforge.tamper import TestPaths, classify_change
 from taskforge.testfiles import DEFAULT_LAYOUT, TestLayout, is_test_path
 
@@ -33,7 +33,8 @@ def test_a_configured_layout_follows_python_files() -> None:
 
 
 @pytest.mark.parametrize("nodeid,expected", [
-    ("pkg/mod.py::pkg.mod.func", True), ("pkg/mod.py::pkg.mod", True), ("mod.py::mod", True),
+    ("pkg/mod.py::pkg.mod.func", True), ("pkg/mod.py::pkg.mod", True), ("mod.py::mod", False),
+    ("pkg/check_words.py::check_words", False),  # a test under python_functions = check_*
     ("src/pkg/mod.py::pkg.mod.Class.method", True),
     ("tests/test_x.py::test_f", False), ("tests/test_x.py::test_f[a.b]", False),
     ("tests/test_x.py::TestC::test_m", False), ("tests/test_x.py::test_x", False),
@@ -41,6 +42,13 @@ def test_a_configured_layout_follows_python_files() -> None:
 ])
 def test_doctest_ids(nodeid: str, expected: bool) -> None:
     assert is_doctest_id(nodeid) is expected
+
+
+def test_a_module_docstrings_doctest_id_is_ambiguous_outside_test_modules() -> None:
+    assert is_ambiguous_doctest_id("mod.py::mod", test_module=False)
+    assert not is_ambiguous_doctest_id("pkg/check_words.py::check_words", test_module=True)
+    assert not is_ambiguous_doctest_id("pkg/mod.py::pkg.mod.func", test_module=False)
+    assert not is_ambiguous_doctest_id("tests/test_x.py::TestX::test_x", test_module=True)
 
 
 def test_a_module_holding_doctests_is_source_to_the_scorer() -> None:
