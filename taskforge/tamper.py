@@ -317,19 +317,37 @@ class _Linter(ast.NodeVisitor):
 
 def lint_python(text: str) -> list[Finding]:
     """Reward-hack constructs in one Python file (none when it does not parse: it then fails at
-    import on its own). Docstrings are not looked at."""
+    import on its own). Docstrings say what they like, but their doctest examples are code that
+    pytest runs (``--doctest-modules``), and are linted as code."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return []
-    for node in ast.walk(tree):  # docstrings say what they like
+    examples: list[str] = []
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                examples += _doctest_source(first.value.value)
                 first.value.value = ""
     linter = _Linter()
     linter.visit(tree)
+    for source in examples:
+        try:
+            linter.visit(ast.parse(source))
+        except (SyntaxError, ValueError):
+            continue  # an example that does not parse fails as a doctest on its own
     return sorted(linter.findings)
+
+
+def _doctest_source(docstring: str) -> list[str]:
+    """The source of each doctest example in ``docstring``."""
+    import doctest
+
+    try:
+        return [example.source for example in doctest.DocTestParser().get_examples(docstring)]
+    except ValueError:  # malformed examples: doctest reports them itself
+        return []
 
 
 def lint_text(text: str) -> list[Finding]:

@@ -110,3 +110,12 @@ def test_reward_arithmetic() -> None:
         assert compute_reward({"a": bad}, p2p, "partial") == 0.0
     with pytest.raises(ValueError, match="unknown reward mode"):
         compute_reward(f2p, p2p, "generous")  # type: ignore[arg-type]
+
+
+def test_doctest_examples_are_linted_as_code() -> None:
+    """A module's doctests run under --doctest-modules: a harness import hidden in an example is
+    found as it would be in the module's code; the prose of a docstring is not looked at."""
+    hidden = 'def f():\n    """Sum.\n\n    >>> import gc, pytest\n    >>> len(gc.get_objects()) > 0\n    True\n    """\n    return 1\n'
+    assert {f.what for f in lint_python(hidden)} == {"import pytest", "calls gc.get_objects"}
+    prose = 'def f():\n    """Mentions pytest and gc.get_objects in words.\n\n    >>> f()\n    1\n    """\n    return 1\n'
+    assert lint_python(prose) == []
