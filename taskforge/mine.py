@@ -792,8 +792,6 @@ def _mine_candidates(
     remaining = iter(candidates)
     while True:
         for candidate in remaining:
-            if len(result.tasks) + len(pending) >= ctx.config.max_tasks:
-                break
             result.attempted += 1
             outcome = _validate(candidate, ctx, runner=runner, backend=backend, limits=limits, naive=naive,
                                 result=result)

@@ -130,3 +130,24 @@ def test_a_top_level_module_is_indexed_like_a_package(tmp_path_factory, session_
     row = next(line for line in text.splitlines() if line.startswith("| ") and "onefile" in line)
     assert f"| {summary['candidates']} | {summary['attempted']} | {tasks} | {tasks} |" in row
     assert "candidates ran out" in row  # below the target of 10: the cause is given
+
+
+def test_a_source_module_selected_for_its_doctests_is_no_test_module(hazard, backend) -> None:  # type: ignore[no-untyped-def]
+    """pytest collects every file named on its command line as a test module, whatever
+    python_files says; the scorer names hazard/paths.py for its PASS_TO_PASS doctests. A candidate
+    that adds a module-level pytest hook and a test function there must not get them run: the
+    file is collected for its doctests alone, as in the baseline."""
+    from taskforge.scorer import Scorer
+
+    out, _ = hazard
+    task = next(t for t in read_tasks(out) if t.strategy == "body" and t.target == "hazard.words:title_words")
+    assert any(t.startswith("hazard/paths.py::") for t in task.PASS_TO_PASS)
+    probe = ("\n\ndef pytest_generate_tests(metafunc):\n    raise RuntimeError('collected as a test module')\n\n\n"
+             "def test_probe(anything):\n    pass\n")
+    lines = (PROJECTS / "hazard" / "hazard" / "paths.py").read_text().splitlines()
+    hunk = "".join(f"+{line}\n" for line in probe.splitlines())
+    addition = (f"diff --git a/hazard/paths.py b/hazard/paths.py\n--- a/hazard/paths.py\n+++ b/hazard/paths.py\n"
+                f"@@ -{len(lines)},1 +{len(lines)},{1 + len(probe.splitlines())} @@\n {lines[-1]}\n{hunk}")
+    with Scorer(backend=backend) as scorer:
+        result = scorer.score(task, task.patch + addition)
+    assert (result.status, result.reward) == ("ok", 1.0), (result.detail, result.tampering)
