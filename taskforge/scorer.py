@@ -281,6 +281,8 @@ class Scorer:
                 self._score(task, patch, result, tests)
             except TaskforgeError as err:
                 result.status, result.detail = "infra_error", f"{err} [{err.reason}]"
+            except Exception as err:  # the per-candidate boundary: one scoring's failure must not end a batch
+                result.status, result.detail = "infra_error", f"{type(err).__name__}: {err}"[:500]
         if result.status != "ok":
             result.reward = 0.0
         result.duration_s = time.monotonic() - started

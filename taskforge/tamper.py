@@ -36,6 +36,7 @@ from __future__ import annotations
 import ast
 import configparser
 import re
+import threading
 import tomllib
 from collections import Counter
 from collections.abc import Iterable
@@ -320,7 +321,7 @@ def lint_python(text: str) -> list[Finding]:
     import on its own). Docstrings say what they like, but their doctest examples are code that
     pytest runs (``--doctest-modules``), and are linted as code."""
     try:
-        tree = ast.parse(text)
+        tree = _parse(text)
     except (SyntaxError, ValueError):
         return []
     examples: list[str] = []
@@ -334,10 +335,21 @@ def lint_python(text: str) -> list[Finding]:
     linter.visit(tree)
     for source in examples:
         try:
-            linter.visit(ast.parse(source))
+            linter.visit(_parse(source))
         except (SyntaxError, ValueError):
             continue  # an example that does not parse fails as a doctest on its own
     return sorted(linter.findings)
+
+
+_PARSE_LOCK = threading.Lock()
+
+
+def _parse(source: str) -> ast.Module:
+    """``ast.parse``, one thread at a time: CPython 3.11 keeps the AST builder's recursion depth
+    in interpreter-wide state, and two threads parsing at once (the scorer lints candidates in its
+    worker threads) fail with ``SystemError: AST constructor recursion depth mismatch``."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
 
 
 def _doctest_source(docstring: str) -> list[str]:

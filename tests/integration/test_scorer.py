@@ -452,3 +452,14 @@ def test_the_hidden_tests_are_nowhere_in_a_scoring_sandbox(contexts, scorer) -> 
             box.close()
         assert found.exit_code == 0, found.text()
         assert json.loads(found.stdout) == [], ctx.task.instance_id
+
+
+def test_one_broken_scoring_does_not_end_a_batch(tasks, scorer) -> None:  # type: ignore[no-untyped-def]
+    """A row whose validation column is not JSON fails its own scoring (infra_error, with the
+    exception), and the rest of the batch is scored."""
+    from dataclasses import replace
+
+    broken = replace(tasks[0], instance_id=tasks[0].instance_id + "-broken", validation="{not json")
+    results = scorer.score_many([(broken, "", "empty"), (tasks[1], tasks[1].patch, "gold")])
+    assert results[0].status == "infra_error" and "JSONDecodeError" in results[0].detail, results[0].detail
+    assert (results[1].status, results[1].reward) == ("ok", 1.0)
