@@ -1,11 +1,66 @@
-"""taskforge: mine verifiable coding tasks from real repositories.
+"""taskforge: mine verifiable coding tasks from real repositories, and score candidates against them.
 
-Importing this package is cheap: Docker, git and everything heavy are imported inside the modules
-and functions that need them.
+The names below are the public API, the one the trainer uses: the task row and its reader, the
+scorer (local, or over HTTP), the sandbox environment an agent acts in, the errors, and the typed
+config loader. Importing this package is cheap: each name is imported on first use, and Docker,
+git and everything heavy are imported inside the modules and functions that need them.
+
+    import taskforge
+    tasks = taskforge.read_tasks("tasks/")
+    with taskforge.Scorer(backend=taskforge.open_backend("docker")) as scorer:
+        result = scorer.score(tasks[0], patch)
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+_API = {
+    "Task": "taskforge.task",
+    "read_tasks": "taskforge.datasets",
+    "Scorer": "taskforge.scorer",
+    "RewardResult": "taskforge.rewards",
+    "RewardClient": "taskforge.reward_client",
+    "Sandbox": "taskforge.sandbox",
+    "SandboxBackend": "taskforge.sandbox",
+    "SandboxLimits": "taskforge.sandbox",
+    "open_backend": "taskforge.sandbox",
+    "Environment": "taskforge.environment",
+    "WORKSPACE": "taskforge.environment",
+    "rebuild_start_state": "taskforge.validate",
+    "TaskforgeError": "taskforge.errors",
+    "SandboxError": "taskforge.errors",
+    "typed_config": "taskforge.config",
+    "checked_value": "taskforge.config",
+}
+"""Public name -> the module that defines it (imported on first use)."""
+
+__all__ = ["__version__", *sorted(_API)]
+
+if TYPE_CHECKING:
+    from taskforge.config import checked_value, typed_config
+    from taskforge.datasets import read_tasks
+    from taskforge.environment import WORKSPACE, Environment
+    from taskforge.errors import SandboxError, TaskforgeError
+    from taskforge.reward_client import RewardClient
+    from taskforge.rewards import RewardResult
+    from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits, open_backend
+    from taskforge.scorer import Scorer
+    from taskforge.task import Task
+    from taskforge.validate import rebuild_start_state
+
+
+def __getattr__(name: str) -> Any:
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'taskforge' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -12,7 +12,8 @@
 
 A sources file is either a text file with one source per line (``#`` comments) or a TSV with
 ``name`` and ``version`` columns (the corpus list), read as ``pypi:NAME==VERSION``. Unknown keys
-are errors that name the key and list the valid ones.
+and values of the wrong type are errors that name the key (``taskforge.config.typed_config``, the
+loader training recipes use too).
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from __future__ import annotations
 import csv
 import dataclasses
 import tomllib
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from taskforge.candidates import CandidateConfig
+from taskforge.config import checked_value, typed_config
 from taskforge.llm import LLMConfig
 from taskforge.mine import MineConfig
 from taskforge.sandbox import SandboxLimits
@@ -98,15 +101,6 @@ def read_sources(path: Path) -> list[str]:
     return [line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()]
 
 
-def _typed(cls: type, table: Mapping[str, Any], where: str) -> Any:
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(table) - known
-    if unknown:
-        raise ValueError(f"unknown key(s) {sorted(unknown)} in [{where}]; valid: {sorted(known)}")
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}
-    return cls(**values)
-
-
 _TOP = {"name", "out", "sources", "sources_file", "mine", "candidates", "sandbox", "ray", "llm"}
 
 
@@ -120,18 +114,19 @@ def recipe_from_dict(data: Mapping[str, Any], *, base_dir: Path = Path()) -> Min
     sources = [str(s) for s in data.get("sources", [])]
     if "sources_file" in data:
         sources += read_sources(base_dir / str(data["sources_file"]))
-    candidates = _typed(CandidateConfig, data.get("candidates", {}), "candidates")
+    candidates = typed_config(CandidateConfig, data.get("candidates", {}), "candidates")
     mine_table = dict(data.get("mine", {}))
     if "llm" in mine_table:
         raise ValueError("write the LLM settings as a top-level [llm] table, not under [mine]")
-    llm = _typed(LLMConfig, data.get("llm", {}), "llm")
-    mine = _typed(MineConfig, {**mine_table, "candidates": candidates, "llm": llm}, "mine")
-    sandbox_table = dict(data.get("sandbox", {}))
+    llm = typed_config(LLMConfig, data.get("llm", {}), "llm")
+    mine = typed_config(MineConfig, mine_table, "mine", candidates=candidates, llm=llm)
+    sandbox_table = checked_value("[sandbox]", data.get("sandbox", {}), dict[str, Any])
     known = {f.name for f in dataclasses.fields(SandboxLimits)}
     if set(sandbox_table) - known:
-        raise ValueError(f"unknown key(s) {sorted(set(sandbox_table) - known)} in [sandbox]; valid: {sorted(known)}")
-    sandbox = SandboxLimits.load(None, **{k: tuple(v) if isinstance(v, list) else v for k, v in sandbox_table.items()})
-    ray = _typed(RayConfig, data.get("ray", {}), "ray")
+        raise ValueError(f"unknown key sandbox.{sorted(set(sandbox_table) - known)[0]}; valid keys: {', '.join(sorted(known))}")
+    hints = typing.get_type_hints(SandboxLimits)
+    sandbox = SandboxLimits.load(None, **{k: checked_value(f"sandbox.{k}", v, hints[k]) for k, v in sandbox_table.items()})
+    ray = typed_config(RayConfig, data.get("ray", {}), "ray")
     return MiningRecipe(name=str(data.get("name", "")), out=str(data["out"]), sources=sources, mine=mine,
                         sandbox=sandbox, ray=ray)
 

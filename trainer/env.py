@@ -67,16 +67,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from taskforge.environment import WORKSPACE, Environment
-from taskforge.errors import SandboxError, TaskforgeError
-from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
+from taskforge import WORKSPACE, Environment, Sandbox, SandboxBackend, SandboxError, SandboxLimits, TaskforgeError
 from trainer.chat import Message, ToolCall, Trajectory, Turn, parse_tool_call
 
 if TYPE_CHECKING:
-    from taskforge.task import Task
-    from taskforge.reward_client import RewardClient
-    from taskforge.rewards import RewardResult
-    from taskforge.scorer import Scorer
+    from taskforge import RewardClient, RewardResult, Scorer, Task
 
 __all__ = ["ERROR_KINDS", "TOOLS", "CodingEnv", "system_prompt"]
 
@@ -222,7 +217,7 @@ class CodingEnv:
         """Start a new episode in a fresh sandbox holding the start state; returns its first
         messages (system and user), which also open ``self.trajectory.messages``."""
         # Imported here: taskforge.validate pulls in the miner and libcst, which importing this module must not.
-        from taskforge.validate import rebuild_start_state
+        from taskforge import rebuild_start_state
 
         self._close_box()
         if self._start is None:

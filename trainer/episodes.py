@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from taskforge.datasets.reader import read_tasks
+from taskforge import read_tasks
 
 if TYPE_CHECKING:
-    from taskforge.task import Task
+    from taskforge import Task
 
 __all__ = ["Episode", "load_episodes", "split_by_repository"]
 

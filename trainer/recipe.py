@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-import types
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any
 
+from taskforge import checked_value, typed_config
 from trainer.checkpoint import CheckpointConfig
 from trainer.data import ByteTokenizer, DataConfig
 from trainer.model import ModelConfig, config_from_preset
@@ -158,64 +158,10 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
         *sections, leaf = key.split(".")
         table = result
         for section in sections:
-            table = _checked(f"{section} (in override {override!r})", table.setdefault(section, {}),
+            table = checked_value(f"{section} (in override {override!r})", table.setdefault(section, {}),
                              dict[str, Any])
         table[leaf] = value
     return result
-
-
-def _conforms(value: Any, hint: Any) -> bool:
-    """Whether a TOML value fits a (resolved) type hint of a config field."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin is Literal:
-        return value in args
-    if origin in (Union, types.UnionType):
-        return any(_conforms(value, arg) for arg in args)
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            return False
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            return len(value) == len(args) and all(map(_conforms, value, args))
-        return all(_conforms(item, args[0] if args else Any) for item in value)
-    if origin is dict:
-        return isinstance(value, dict)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
-
-
-def _checked(where: str, value: Any, hint: Any) -> Any:
-    """`value` if it fits `hint` (TOML arrays become tuples for tuple fields), else a ValueError."""
-    if not _conforms(value, hint):
-        expected = "a table" if typing.get_origin(hint) is dict else (
-            hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", ""))
-        raise ValueError(f"{where} must be {expected}, got {value!r}")
-    if typing.get_origin(hint) is tuple:
-        return tuple(value)
-    return float(value) if hint is float else value
-
-
-def _typed(cls: type, table: Any, section: str, **extra: Any) -> Any:
-    """`cls(**table, **extra)`, with unknown, missing or mistyped keys reported by section and name."""
-    _checked(f"[{section}]", table, dict[str, Any])
-    hints = typing.get_type_hints(cls)
-    fields = {field.name: field for field in dataclasses.fields(cls) if field.name not in extra}
-    unknown = sorted(set(table) - set(fields))
-    if unknown:
-        raise ValueError(f"unknown key {section}.{unknown[0]}; valid keys: {', '.join(sorted(fields))}")
-    missing = [
-        name for name, field in fields.items()
-        if name not in table
-        and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        raise ValueError(f"missing key {section}.{missing[0]}")
-    values = {name: _checked(f"{section}.{name}", value, hints[name]) for name, value in table.items()}
-    return cls(**values, **extra)
 
 
 def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
@@ -228,40 +174,40 @@ def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
     for name in ("mode", "output_dir"):
         if name not in raw:
             raise ValueError(f"missing key {name}")
-    launch = _typed(LaunchConfig, raw.get("launch", {}), "launch")
-    parallel = _typed(ParallelDims, raw.get("parallel", {}), "parallel", world_size=launch.world_size)
+    launch = typed_config(LaunchConfig, raw.get("launch", {}), "launch")
+    parallel = typed_config(ParallelDims, raw.get("parallel", {}), "parallel", world_size=launch.world_size)
 
     model_table = dict(raw.get("model", {}))
     preset = model_table.pop("preset", None)
     if preset is None:
         raise ValueError("missing key model.preset")
-    _checked("model.preset", preset, str)
+    checked_value("model.preset", preset, str)
     model_hints = typing.get_type_hints(ModelConfig)
     unknown = sorted(set(model_table) - set(model_hints))
     if unknown:
         raise ValueError(f"unknown key model.{unknown[0]}; valid keys: preset, {', '.join(sorted(model_hints))}")
     model = config_from_preset(
-        preset, **{name: _checked(f"model.{name}", value, model_hints[name]) for name, value in model_table.items()}
+        preset, **{name: checked_value(f"model.{name}", value, model_hints[name]) for name, value in model_table.items()}
     )
 
     optimizer_table = dict(raw.get("optimizer", {}))
-    muon = _typed(MuonConfig, optimizer_table.pop("muon", {}), "optimizer.muon")
-    adamw = _typed(AdamWConfig, optimizer_table.pop("adamw", {}), "optimizer.adamw")
-    optimizer = _typed(OptimizerConfig, optimizer_table, "optimizer", muon=muon, adamw=adamw)
+    muon = typed_config(MuonConfig, optimizer_table.pop("muon", {}), "optimizer.muon")
+    adamw = typed_config(AdamWConfig, optimizer_table.pop("adamw", {}), "optimizer.adamw")
+    optimizer = typed_config(OptimizerConfig, optimizer_table, "optimizer", muon=muon, adamw=adamw)
 
     return Recipe(
-        mode=_checked("mode", raw["mode"], str),
-        seed=_checked("seed", raw.get("seed", 0), int),
-        output_dir=_checked("output_dir", raw["output_dir"], str),
+        mode=checked_value("mode", raw["mode"], str),
+        seed=checked_value("seed", raw.get("seed", 0), int),
+        output_dir=checked_value("output_dir", raw["output_dir"], str),
         launch=launch,
         parallel=parallel,
         model_preset=preset,
         model=model,
-        data=_typed(DataConfig, raw["data"], "data") if "data" in raw or raw.get("mode") != "rl" else None,
+        data=typed_config(DataConfig, raw["data"], "data") if "data" in raw or raw.get("mode") != "rl" else None,
         optimizer=optimizer,
-        train=_typed(TrainConfig, raw.get("train", {}), "train"),
-        checkpoint=_typed(CheckpointConfig, raw.get("checkpoint", {}), "checkpoint"),
-        rl=_typed(RLConfig, raw["rl"], "rl") if "rl" in raw else None,
+        train=typed_config(TrainConfig, raw.get("train", {}), "train"),
+        checkpoint=typed_config(CheckpointConfig, raw.get("checkpoint", {}), "checkpoint"),
+        rl=typed_config(RLConfig, raw["rl"], "rl") if "rl" in raw else None,
     )
 
 

@@ -350,7 +350,7 @@ def rl_train(recipe: Recipe) -> None:
     """The RL mode: from the latest checkpoint under output_dir if there is one."""
     import torch.distributed as dist
 
-    from taskforge.sandbox import SandboxLimits, open_backend
+    from taskforge import SandboxLimits, open_backend
     from trainer.checkpoint import Checkpointer, TrainerState
     from trainer.curriculum import Curriculum
     from trainer.env import CodingEnv
@@ -435,11 +435,11 @@ def rl_train(recipe: Recipe) -> None:
     if config.reward_server:
         import os
 
-        from taskforge.reward_client import RewardClient
+        from taskforge import RewardClient
 
         client = RewardClient(config.reward_server, api_key=os.environ.get(config.reward_api_key_env) or None)
     else:
-        from taskforge.scorer import Scorer
+        from taskforge import Scorer
 
         scorer = Scorer(backend=backend, limits=limits, timeout_s=config.test_timeout_s,
                         concurrency=config.scorer_concurrency, mode=config.reward_mode)  # type: ignore[arg-type]
