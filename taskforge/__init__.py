@@ -34,6 +34,8 @@ _API = {
     "TaskforgeError": "taskforge.errors",
     "SandboxError": "taskforge.errors",
     "typed_config": "taskforge.config",
+    "is_test_path": "taskforge.testfiles",
+    "TestLayout": "taskforge.testfiles",
     "checked_value": "taskforge.config",
 }
 """Public name -> the module that defines it (imported on first use)."""
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits, open_backend
     from taskforge.scorer import Scorer
     from taskforge.task import Task
+    from taskforge.testfiles import TestLayout, is_test_path
     from taskforge.validate import rebuild_start_state
 
 
