@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     arguments = list(sys.argv[1:] if argv is None else argv)
 
-    from trainer.data import check_sources
+    from trainer.pretrain.data import check_sources
     from trainer.recipe import load_recipe
 
     try:
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
 
-    from trainer.train import run
+    from trainer.pretrain.loop import run
 
     run(recipe)
     if _under_torchrun():

@@ -22,7 +22,7 @@ over "ep" and all-reduced over "dp_replicate_e". When "ep" spans the dense repli
 reduce-scatter already covers them and "dp_replicate_e" is smaller (1 when ep = world_size); the
 dense "dp_replicate" all-reduce never touches expert gradients. Every rank's gradient comes from
 its own tokens (the batch mesh decides which), so the world average scaled by the training step's
-loss factor is the gradient of the global mean loss (see `trainer.train.train_step`).
+loss factor is the gradient of the global mean loss (see `trainer.pretrain.loop.train_step`).
 
 Context parallelism here is the simple exact form: each rank all-gathers the keys and values of
 its cp group and attends its own queries to all of them under a causal mask written in global

@@ -5,9 +5,9 @@ A recipe has top-level keys ``mode``, ``seed`` and ``output_dir`` and the sectio
     [launch]     LaunchConfig      (this module)            device and process counts
     [parallel]   ParallelDims      (trainer.parallel_dims)  world_size is derived from [launch]
     [model]      ModelConfig       (trainer.model)          ``preset`` plus any field to override
-    [data]       DataConfig        (trainer.data)
-    [optimizer]  OptimizerConfig   (trainer.train)          with [optimizer.muon], [optimizer.adamw]
-    [train]      TrainConfig       (trainer.train)
+    [data]       DataConfig        (trainer.pretrain.data)
+    [optimizer]  OptimizerConfig   (trainer.pretrain.loop)          with [optimizer.muon], [optimizer.adamw]
+    [train]      TrainConfig       (trainer.pretrain.loop)
     [checkpoint] CheckpointConfig  (trainer.checkpoint)
 
 Unknown keys are errors that name the key and list the valid ones. ``--set section.key=value``
@@ -26,18 +26,18 @@ from typing import Any
 
 from taskforge import checked_value, typed_config
 from trainer.checkpoint import CheckpointConfig
-from trainer.data import ByteTokenizer, DataConfig
+from trainer.pretrain.data import ByteTokenizer, DataConfig
 from trainer.model import ModelConfig, config_from_preset
-from trainer.muon_reference import AdamWConfig, MuonConfig
+from trainer.optim.muon_reference import AdamWConfig, MuonConfig
 from trainer.parallel_dims import ParallelDims
-from trainer.rl import RLConfig
-from trainer.train import OptimizerConfig, TrainConfig
+from trainer.rl.loop import RLConfig
+from trainer.pretrain.loop import OptimizerConfig, TrainConfig
 
 __all__ = ["MODES", "LaunchConfig", "Recipe", "apply_overrides", "load_recipe", "recipe_from_dict"]
 
 MODES = ("pretrain", "rl")
 """Training modes a recipe can name: continued pretraining (needs [data]) and RL on mined tasks
-(needs [rl]; trainer.rl)."""
+(needs [rl]; trainer.rl.loop)."""
 
 _DEVICES = {"cpu": "gloo", "cuda": "nccl"}
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from tests.trainer.dist import run_gloo
-from trainer.data import local_slice
+from trainer.pretrain.data import local_slice
 from trainer.model import config_from_preset
-from trainer.muon_reference import AdamWConfig, MuonConfig
+from trainer.optim.muon_reference import AdamWConfig, MuonConfig
 from trainer.parallel_dims import ParallelDims
-from trainer.train import OptimizerConfig, build_model, build_optimizer, train_step
+from trainer.pretrain.loop import OptimizerConfig, build_model, build_optimizer, train_step
 
 SEQ_LEN = 32
 GLOBAL_BATCH = 8

@@ -24,10 +24,10 @@ from taskforge.sandbox import SandboxBackend
 from taskforge.scorer import Scorer
 from taskforge.sources import fetch
 from taskforge.validate import rebuild_start_state
-from trainer.chat import Message
-from trainer.env import TOOLS, CodingEnv
-from trainer.episodes import load_episodes, split_by_repository
-from trainer.monitor import monitor
+from trainer.rl.chat import Message
+from trainer.rl.env import TOOLS, CodingEnv
+from trainer.rl.episodes import load_episodes, split_by_repository
+from trainer.rl.monitor import monitor
 
 pytestmark = pytest.mark.docker
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.chat import (
+from trainer.rl.chat import (
     Message,
     Trajectory,
     Turn,
@@ -21,8 +21,8 @@ from trainer.chat import (
     render,
     render_prefix,
 )
-from trainer.data import ByteTokenizer
-from trainer.feedback import (
+from trainer.pretrain.data import ByteTokenizer
+from trainer.rl.feedback import (
     DETECTORS,
     Detector,
     FeedbackExample,
@@ -38,7 +38,7 @@ from trainer.feedback import (
     make_detector,
     teacher_context,
 )
-from trainer.kl import (
+from trainer.rl.kl import (
     KL_KINDS,
     KLKind,
     chunked_token_kl,

@@ -25,15 +25,15 @@ pytest.importorskip("transformers")
 
 import torch
 
-from trainer.chat import Message, ToolCall, Trajectory, Turn, render
-from trainer.feedback import Hint
-from trainer.hf_muon import (
+from trainer.rl.chat import Message, ToolCall, Trajectory, Turn, render
+from trainer.rl.feedback import Hint
+from trainer.optim.hf_muon import (
     HF_ROUTING,
     StackedHalves,
     build_hf_muon_adamw,
     hf_matrix_layouts,
 )
-from trainer.hf_policy import (
+from trainer.rl.hf_policy import (
     GeneratorError,
     HFPolicy,
     OpenAIPolicy,
@@ -43,8 +43,8 @@ from trainer.hf_policy import (
     tiny_causal_lm,
 )
 from trainer.model import MatrixLayout
-from trainer.muon_reference import AdamWConfig, MuonConfig, newton_schulz
-from trainer.rl import RLConfig
+from trainer.optim.muon_reference import AdamWConfig, MuonConfig, newton_schulz
+from trainer.rl.loop import RLConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")
@@ -224,7 +224,7 @@ def test_feedback_kl_chunked_equals_the_naive_reference(tokenizer: Any, family: 
         results.append((kl.detach(), grads))
     (kl_chunked, grads_chunked), (kl_naive, grads_naive) = results
     assert float(kl_naive) > 0
-    # float32; the two sum the same terms in another order (trainer.kl.chunked_token_kl's tolerance).
+    # float32; the two sum the same terms in another order (trainer.rl.kl.chunked_token_kl's tolerance).
     assert torch.allclose(kl_chunked, kl_naive, rtol=1e-5, atol=1e-6)
     assert grads_chunked.keys() == grads_naive.keys() and "lm_head.weight" in grads_chunked
     for name, grad in grads_chunked.items():

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from taskforge.datasets.reader import read_tasks
-from trainer.chat import Message, Trajectory, Turn, parse_tool_call
-from trainer.curriculum import Curriculum
-from trainer.episodes import Episode, load_episodes, split_by_repository
-from trainer.monitor import FLAG_KINDS, HINTS, Flag, as_hints, flag_counts, monitor
+from trainer.rl.chat import Message, Trajectory, Turn, parse_tool_call
+from trainer.rl.curriculum import Curriculum
+from trainer.rl.episodes import Episode, load_episodes, split_by_repository
+from trainer.rl.monitor import FLAG_KINDS, HINTS, Flag, as_hints, flag_counts, monitor
 
 
 def scripted(*texts: str) -> Trajectory:

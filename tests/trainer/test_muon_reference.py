@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.model import PRESETS, MatrixLayout, Transformer, matrix_layouts
-from trainer.muon_reference import (
+from trainer.optim.muon_reference import (
     DEFAULT_ROUTING,
     AdamWConfig,
     MuonConfig,

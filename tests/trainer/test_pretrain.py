@@ -16,7 +16,7 @@ import torch
 
 from trainer.checkpoint import CheckpointConfig, Checkpointer
 from trainer.cli import main
-from trainer.data import (
+from trainer.pretrain.data import (
     ByteTokenizer,
     DataConfig,
     PackedSequences,

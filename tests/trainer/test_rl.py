@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.chat import Message, ToolCall, Trajectory, Turn
-from trainer.rl import grpo_advantages, trajectory_sequence
+from trainer.rl.chat import Message, ToolCall, Trajectory, Turn
+from trainer.rl.loop import grpo_advantages, trajectory_sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 

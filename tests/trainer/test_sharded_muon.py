@@ -22,14 +22,14 @@ import torch.nn.functional as F
 
 from tests.trainer.dist import run_gloo
 from trainer.model import MatrixLayout, ModelConfig, Transformer
-from trainer.muon_reference import (
+from trainer.optim.muon_reference import (
     DEFAULT_ROUTING,
     AdamWConfig,
     MuonConfig,
     RoutingRule,
     build_muon_adamw,
 )
-from trainer.sharded_muon import (
+from trainer.optim.sharded_muon import (
     ShardedMuonWithAdamW,
     _Matrix,
     _plan_buckets,

@@ -9,7 +9,7 @@
     env.trajectory.reward, env.trajectory.reward_status, env.trajectory.info["reward"]
     env.close()
 
-**The chat** is ``trainer.chat``'s: a ``system`` message that lists the tools and the call format,
+**The chat** is ``trainer.rl.chat``'s: a ``system`` message that lists the tools and the call format,
 a ``user`` message with the task's problem statement, then alternating ``assistant`` messages
 (each exactly one JSON object ``{"tool": NAME, "args": {...}}``) and ``tool`` messages (the
 tool's output, or an error), each cut to ``max_observation_chars``.
@@ -29,7 +29,7 @@ refused, and so is an edit inside ``.git``):
 
 **Errors** go back as the tool message ``error (KIND): what is wrong``, and the episode goes on;
 they are what textual feedback targets. The ``Turn`` records the kind: ``malformed`` (not one JSON
-call; ``trainer.chat.parse_tool_call``), ``unknown_tool``, ``bad_args`` (a missing, unknown or
+call; ``trainer.rl.chat.parse_tool_call``), ``unknown_tool``, ``bad_args`` (a missing, unknown or
 mistyped argument, or a path outside /workspace) and ``tool_error`` (the call was well formed but
 failed: no such file, ``old`` not found or found twice, ...).
 
@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from taskforge import WORKSPACE, Environment, Sandbox, SandboxBackend, SandboxError, SandboxLimits, TaskforgeError
-from trainer.chat import Message, ToolCall, Trajectory, Turn, parse_tool_call
+from trainer.rl.chat import Message, ToolCall, Trajectory, Turn, parse_tool_call
 
 if TYPE_CHECKING:
     from taskforge import RewardClient, RewardResult, Scorer, Task

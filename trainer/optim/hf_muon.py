@@ -35,10 +35,10 @@ import torch
 from torch import Tensor, nn
 
 from trainer.model import MatrixLayout
-from trainer.muon_reference import AdamWConfig, MuonConfig, MuonWithAdamW, RoutingRule
+from trainer.optim.muon_reference import AdamWConfig, MuonConfig, MuonWithAdamW, RoutingRule
 
 if TYPE_CHECKING:
-    from trainer.train import OptimizerConfig
+    from trainer.pretrain.loop import OptimizerConfig
 
 __all__ = ["HF_ROUTING", "StackedHalves", "build_hf_muon_adamw", "build_hf_optimizer", "hf_matrix_layouts"]
 
@@ -140,16 +140,16 @@ def build_hf_muon_adamw(
     adamw: AdamWConfig | None = None,
     routing: Sequence[RoutingRule] = HF_ROUTING,
 ) -> MuonWithAdamW:
-    """`trainer.muon_reference.MuonWithAdamW` for a Hugging Face causal LM (per head, per expert)."""
+    """`trainer.optim.muon_reference.MuonWithAdamW` for a Hugging Face causal LM (per head, per expert)."""
     # MuonWithAdamW calls only unit_shape, split and merge, which StackedHalves has too.
     layouts = cast(Mapping[str, MatrixLayout], hf_matrix_layouts(model))
     return MuonWithAdamW(model.named_parameters(), layouts=layouts, muon=muon, adamw=adamw, routing=routing)
 
 
 def build_hf_optimizer(config: OptimizerConfig, model: nn.Module) -> MuonWithAdamW:
-    """`trainer.train.build_optimizer` for a Hugging Face model in one process: Muon + AdamW with
+    """`trainer.pretrain.loop.build_optimizer` for a Hugging Face model in one process: Muon + AdamW with
     `HF_ROUTING`, or AdamW alone."""
-    from trainer.train import ADAMW_ONLY_ROUTING
+    from trainer.pretrain.loop import ADAMW_ONLY_ROUTING
 
     if config.name == "adamw":
         return MuonWithAdamW(model.named_parameters(), layouts={}, adamw=config.adamw, routing=ADAMW_ONLY_ROUTING)

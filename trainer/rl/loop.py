@@ -2,31 +2,31 @@
 
 One step:
 
-1. **Tasks.** The curriculum (``trainer.curriculum``) picks ``tasks_per_step`` training tasks,
+1. **Tasks.** The curriculum (``trainer.rl.curriculum``) picks ``tasks_per_step`` training tasks,
    mostly ones whose recent solve rate is inside the band; episodes come from task shards through
-   taskforge's reader, split from validation by repository (``trainer.episodes``).
+   taskforge's reader, split from validation by repository (``trainer.rl.episodes``).
 2. **Rollouts.** ``rollouts_per_task`` episodes per task in the coding environment
-   (``trainer.env``: a sandbox with the task's start state, tools in the chat format of
-   ``trainer.chat``). The policy writes each assistant message by sampling from the model; the
+   (``trainer.rl.env``: a sandbox with the task's start state, tools in the chat format of
+   ``trainer.rl.chat``). The policy writes each assistant message by sampling from the model; the
    episode ends on ``submit`` or when its turns run out, and the scorer (in-process, or the reward
    server through its client) gives the reward.
-3. **Feedback.** The detectors (``trainer.feedback``) and the reward-hacking monitor
-   (``trainer.monitor``) read every trajectory and emit (turn, hint) pairs.
+3. **Feedback.** The detectors (``trainer.rl.feedback``) and the reward-hacking monitor
+   (``trainer.rl.monitor``) read every trajectory and emit (turn, hint) pairs.
 4. **Loss.** A clipped group-relative policy gradient over every assistant token of every
    trajectory (advantage: the reward minus its group's mean, over the group's std), plus
    ``kl_coef`` times the feedback KL: at each hinted turn, the policy on the context with the hint
    (the teacher, no gradient) against the policy on the original context (the student), over that
-   turn's tokens only (``trainer.kl``, chunked over the vocabulary).
+   turn's tokens only (``trainer.rl.kl``, chunked over the vocabulary).
 5. **Update** with the recipe's optimizer (Muon per head and per expert, AdamW for the rest), then
    metrics (reward, KL, share of turns with hints, tool error rate, monitor flags, solve rates) to
    ``metrics.jsonl`` and, with ``tensorboard = true``, to TensorBoard; a checkpoint every
    ``checkpoint.every`` steps (model, optimizer, RNG, curriculum), which a later launch resumes.
 
-The policy (``rl.policy``, behind ``trainer.hf_policy.RLPolicy``) is the trainer's own model with
+The policy (``rl.policy``, behind ``trainer.rl.hf_policy.RLPolicy``) is the trainer's own model with
 the byte tokenizer (``"trainer"``: the model config's heads and experts are what Muon's per-head
 and per-expert grouping reads), or a Hugging Face causal LM with its tokenizer (``"hf"``, one
-process: ``trainer.hf_policy``, with Muon's grouping read from the Hugging Face config by
-``trainer.hf_muon``), which samples through ``model.generate`` or, with ``rl.generator =
+process: ``trainer.rl.hf_policy``, with Muon's grouping read from the Hugging Face config by
+``trainer.optim.hf_muon``), which samples through ``model.generate`` or, with ``rl.generator =
 "openai"``, through an OpenAI-compatible completions server.
 
 Several processes (``launch.nproc_per_node > 1``, torchrun) share a step: every rank keeps the
@@ -53,13 +53,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.chat import Message, Trajectory, render_prefix
-from trainer.data import ByteTokenizer
-from trainer.hf_policy import RLPolicy, TokenSequence
+from trainer.rl.chat import Message, Trajectory, render_prefix
+from trainer.pretrain.data import ByteTokenizer
+from trainer.rl.hf_policy import RLPolicy, TokenSequence
 
 if TYPE_CHECKING:
-    from trainer.feedback import Hint
-    from trainer.kl import KLKind
+    from trainer.rl.feedback import Hint
+    from trainer.rl.kl import KLKind
     from trainer.model import Transformer
     from trainer.recipe import Recipe
 
@@ -246,7 +246,7 @@ def _token_logprobs(model: Transformer, tokens: list[int], device: torch.device)
 
 
 class TrainerPolicy:
-    """The trainer's own model as the RL loop's policy (`trainer.hf_policy.RLPolicy`): messages
+    """The trainer's own model as the RL loop's policy (`trainer.rl.hf_policy.RLPolicy`): messages
     sampled from `rollout_model` (a full replica with several processes; else `model` itself),
     log-probs and the feedback KL from `model` (FSDP2-sharded with several processes)."""
 
@@ -271,8 +271,8 @@ class TrainerPolicy:
     def feedback_kl(self, hinted: Sequence[tuple[Trajectory, Hint]], *, kind: KLKind, chunk_size: int) -> torch.Tensor:
         """The chunked feedback KL in one process; with shards, the full-logits one, on an empty
         example when this rank has no hints (the other ranks' forwards need this rank's)."""
-        from trainer.feedback import encode_feedback
-        from trainer.kl import feedback_kl_loss
+        from trainer.rl.feedback import encode_feedback
+        from trainer.rl.kl import feedback_kl_loss
 
         examples = [encode_feedback(trajectory, hint, max_len=self.context) for trajectory, hint in hinted]
         if self.distributed:
@@ -324,7 +324,7 @@ class StepStats:
 def _full_logits_kl(model: Transformer, examples: Sequence[Any], kind: str) -> torch.Tensor:
     """The feedback KL from the model's own forward (full logits of the hinted sequences): the path
     for a sharded model, whose root forward must run for its parameters to be gathered."""
-    from trainer.kl import _padded, naive_token_kl
+    from trainer.rl.kl import _padded, naive_token_kl
 
     device = model.rope_cos.device
     with torch.no_grad():
@@ -338,7 +338,7 @@ def _full_logits_kl(model: Transformer, examples: Sequence[Any], kind: str) -> t
 def _empty_example() -> Any:
     """A hinted turn whose teacher and student are the same sequence: its KL is 0. A rank without
     hints runs it so that every rank makes the same forward passes."""
-    from trainer.feedback import FeedbackExample, Hint
+    from trainer.rl.feedback import FeedbackExample, Hint
 
     tokenizer = ByteTokenizer()
     tokens = torch.tensor([tokenizer.bos_id, *b"{}", tokenizer.eos_id])
@@ -352,12 +352,12 @@ def rl_train(recipe: Recipe) -> None:
 
     from taskforge import SandboxLimits, open_backend
     from trainer.checkpoint import Checkpointer, TrainerState
-    from trainer.curriculum import Curriculum
-    from trainer.env import CodingEnv
-    from trainer.episodes import load_episodes, split_by_repository
-    from trainer.feedback import DETECTORS, detect_all, make_detector
-    from trainer.monitor import as_hints, flag_counts, monitor
-    from trainer.train import (
+    from trainer.rl.curriculum import Curriculum
+    from trainer.rl.env import CodingEnv
+    from trainer.rl.episodes import load_episodes, split_by_repository
+    from trainer.rl.feedback import DETECTORS, detect_all, make_detector
+    from trainer.rl.monitor import as_hints, flag_counts, monitor
+    from trainer.pretrain.loop import (
         _open_metrics,
         _write_run_record,
         build_model,
@@ -388,8 +388,8 @@ def rl_train(recipe: Recipe) -> None:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     if config.policy == "hf":
-        from trainer.hf_muon import build_hf_optimizer
-        from trainer.hf_policy import load_hf_policy
+        from trainer.optim.hf_muon import build_hf_optimizer
+        from trainer.rl.hf_policy import load_hf_policy
 
         hf_policy = load_hf_policy(config, seed=recipe.seed, device=device)
         policy, model = hf_policy, hf_policy.model

@@ -29,7 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.muon_reference import AdamWConfig, MuonConfig, RoutingRule
+from trainer.optim.muon_reference import AdamWConfig, MuonConfig, RoutingRule
 
 if TYPE_CHECKING:
     from trainer.model import ModelConfig, Transformer
@@ -146,10 +146,10 @@ def build_model(
 
 
 def build_optimizer(config: OptimizerConfig, model: nn.Module, *, distributed: bool) -> torch.optim.Optimizer:
-    """Muon + AdamW (`trainer.muon_reference`; `trainer.sharded_muon` on FSDP2-sharded models), or
+    """Muon + AdamW (`trainer.optim.muon_reference`; `trainer.optim.sharded_muon` on FSDP2-sharded models), or
     AdamW alone through the same class, so both names save and resume the same way."""
-    from trainer.muon_reference import MuonWithAdamW, build_muon_adamw
-    from trainer.sharded_muon import build_sharded_muon_adamw
+    from trainer.optim.muon_reference import MuonWithAdamW, build_muon_adamw
+    from trainer.optim.sharded_muon import build_sharded_muon_adamw
 
     if config.name == "adamw":
         return MuonWithAdamW(model.named_parameters(), layouts={}, adamw=config.adamw,
@@ -263,7 +263,7 @@ def _open_metrics(path: Path, *, keep_through_step: int) -> Any:
 def pretrain(recipe: Recipe) -> None:
     """Continued pretraining, from the latest checkpoint under output_dir if there is one."""
     from trainer.checkpoint import Checkpointer, TrainerState
-    from trainer.data import (
+    from trainer.pretrain.data import (
         ByteTokenizer,
         PackedSequences,
         local_slice,
@@ -361,7 +361,7 @@ def run(recipe: Recipe) -> None:
         if recipe.mode == "pretrain":
             pretrain(recipe)
         elif recipe.mode == "rl":
-            from trainer.rl import rl_train
+            from trainer.rl.loop import rl_train
 
             rl_train(recipe)
         else:

@@ -1,4 +1,4 @@
-"""Muon with AdamW on one device: the plain reference that `trainer.sharded_muon` must agree with.
+"""Muon with AdamW on one device: the plain reference that `trainer.optim.sharded_muon` must agree with.
 
 Muon (Keller Jordan, 2024) keeps a momentum buffer per matrix and steps along an approximate
 orthogonalization of it, computed by a quintic Newton-Schulz iteration. Here the "matrices" are the

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.chat import Trajectory, Turn
+from trainer.rl.chat import Trajectory, Turn
 
 __all__ = ["FLAG_KINDS", "HINTS", "Flag", "as_hints", "flag_counts", "monitor"]
 

@@ -19,7 +19,7 @@ uneven or empty. For one step of a Muon param group:
 4. Decoupled weight decay and the scaled update, on the local shard.
 
 Replicas of an HSDP mesh repeat the same work on the same data, so they stay identical without
-communicating. The result equals `trainer.muon_reference` on the unsharded parameters: the same
+communicating. The result equals `trainer.optim.muon_reference` on the unsharded parameters: the same
 elementwise ops on the same numbers, and the same Newton-Schulz per unit (batched rather than one at
 a time). AdamW groups are elementwise and run on the local shards.
 
@@ -39,7 +39,7 @@ from torch import Tensor
 from torch.distributed.tensor import DTensor
 
 from trainer.model import MatrixLayout, matrix_layouts
-from trainer.muon_reference import (
+from trainer.optim.muon_reference import (
     DEFAULT_ROUTING,
     NS_DTYPES,
     AdamWConfig,

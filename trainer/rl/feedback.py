@@ -3,7 +3,7 @@ each, and build the teacher's context (the hint inserted right before that turn)
 student's (the conversation as it was).
 
 The teacher is the same model reading the hinted context under no_grad; the student reads the
-original one. `trainer.kl.feedback_kl_loss` pulls the student toward the teacher on the tokens of
+original one. `trainer.rl.kl.feedback_kl_loss` pulls the student toward the teacher on the tokens of
 the hinted turn only, so the policy learns to act, without the hint, as it would with it.
 
     hints = detect_all(trajectory, default_detectors(), extra=monitor_flags)
@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from trainer.chat import Message, Trajectory, Turn, render_prefix
+from trainer.rl.chat import Message, Trajectory, Turn, render_prefix
 
 if TYPE_CHECKING:
     import torch
 
-    from trainer.data import ByteTokenizer
+    from trainer.pretrain.data import ByteTokenizer
 
 __all__ = [
     "CALL_FORMAT",
@@ -53,9 +53,9 @@ __all__ = [
 ]
 
 CALL_FORMAT = '{"tool": NAME, "args": {...}}'
-"""The one shape of an assistant message (see trainer.chat), as hints spell it out."""
+"""The one shape of an assistant message (see trainer.rl.chat), as hints spell it out."""
 
-# error_kind values (trainer.chat.Turn) for which the tool never ran.
+# error_kind values (trainer.rl.chat.Turn) for which the tool never ran.
 _NOT_RUN = ("malformed", "unknown_tool", "bad_args")
 
 
@@ -307,7 +307,7 @@ def encode_feedback(trajectory: Trajectory, hint: Hint, *, tokenizer: ByteTokeni
     """
     import torch
 
-    from trainer.data import ByteTokenizer
+    from trainer.pretrain.data import ByteTokenizer
 
     tokenizer = tokenizer or ByteTokenizer()
     student, teacher, target = teacher_context(trajectory, hint)

@@ -13,7 +13,7 @@ The teacher is a constant target: no gradient reaches it.
 hidden states and the head's weight and never holds more than `chunk_size` rows of logits at once,
 in the forward or the backward (which recomputes each chunk's logits and applies the gradient of
 the KL with respect to the logits in closed form). `feedback_kl_loss` runs a `Transformer` on the
-student and teacher sequences of `trainer.feedback` and averages the chunked KL over the target
+student and teacher sequences of `trainer.rl.feedback` and averages the chunked KL over the target
 tokens.
 
 Shape legend: T tokens (positions), V vocabulary, D model dim, B sequences, N selected tokens,
@@ -242,7 +242,7 @@ def feedback_kl_loss(model: Transformer, tokens_student: Sequence[Tensor], token
 
     Sequence i is `tokens_student[i]` (int64 [T_i]) with its target at positions
     `span_student[i]` = [start, stop), and likewise for the teacher; the two targets must be the same
-    tokens (`trainer.feedback.FeedbackExample` holds such pairs). Each target token is predicted by
+    tokens (`trainer.rl.feedback.FeedbackExample` holds such pairs). Each target token is predicted by
     the hidden state one position before it, so a span must start at 1 or later. The sequences of
     each side run as one padded batch.
 

@@ -18,7 +18,7 @@ Each assistant message is exactly one JSON object: ``{"tool": NAME, "args": {...
 else (not JSON, not an object, no ``tool``, ``args`` not an object) is a malformed call; a name
 outside the tool list is an unknown tool. Both become an error observation in the next ``tool``
 message, which is what textual feedback targets. A ``hint`` block (``<|hint|>``) is never in a
-rollout: it exists only in the teacher's context (``trainer.feedback``).
+rollout: it exists only in the teacher's context (``trainer.rl.feedback``).
 """
 
 from __future__ import annotations

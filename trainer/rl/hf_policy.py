@@ -1,4 +1,4 @@
-"""The policy of the RL loop (`trainer.rl`) behind one small interface, and a Hugging Face causal
+"""The policy of the RL loop (`trainer.rl.loop`) behind one small interface, and a Hugging Face causal
 LM as that policy.
 
 `RLPolicy` is what the loop asks of a policy: write an assistant message (`generate`), turn a
@@ -14,7 +14,7 @@ that the weights changed (`after_update`). Two families implement it:
   OpenAI-compatible server (vLLM, SGLang) serving the same weights samples instead, and the
   log-probs and the loss still run here, on the model being trained.
 
-**Tokens of the chat format.** A conversation (``trainer.chat.render``) is tokenized piece by
+**Tokens of the chat format.** A conversation (``trainer.rl.chat.render``) is tokenized piece by
 piece: the text between assistant messages (tags, system, user and tool messages) as one piece,
 each assistant message's body as another, so a body's tokens never merge with the tags around
 it. The mask marks the bodies' tokens (the policy gradient's tokens); the prompt a message is
@@ -34,12 +34,12 @@ log-probs are taken from (at temperature 1, as for the trainer's model): the mod
 generation defaults (top-k, top-p, repetition penalty, ...) are replaced, and requests to a
 server set them off explicitly.
 
-**The feedback KL** is `trainer.kl.chunked_token_kl` on the decoder's final hidden states (after
+**The feedback KL** is `trainer.rl.kl.chunked_token_kl` on the decoder's final hidden states (after
 the final norm) and the lm head's weight, so the [tokens × vocab] logits never exist whole; that
 needs the model's logits to be exactly ``lm_head(last_hidden_state)``, which `HFPolicy` checks
 once on a few tokens (``kl_path``). A model whose logits are transformed further (a final
 softcap, a logit scale) or whose head has a bias fails the check and takes the reference,
-`trainer.kl.naive_token_kl` on the full logits of the hinted turns.
+`trainer.rl.kl.naive_token_kl` on the full logits of the hinted turns.
 
 **Weights and the server.** An `OpenAIPolicy` does not move weights to the server: that is the
 caller's job, through the ``sync_weights`` hook (``rl.generator_sync``: a function called with the
@@ -65,14 +65,14 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 import torch
 from torch import Tensor
 
-from trainer.chat import Message, Trajectory, tag
-from trainer.feedback import FeedbackExample, Hint, teacher_context
+from trainer.rl.chat import Message, Trajectory, tag
+from trainer.rl.feedback import FeedbackExample, Hint, teacher_context
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from trainer.kl import KLKind
-    from trainer.rl import RLConfig
+    from trainer.rl.kl import KLKind
+    from trainer.rl.loop import RLConfig
 
 __all__ = [
     "BLOCK_START",
@@ -202,7 +202,7 @@ class HFPolicy:
         return ids
 
     def encode_chat(self, messages: Sequence[Message], *, open_assistant: bool) -> TokenSequence:
-        """BOS and the rendered conversation (`trainer.chat.render`, plus the assistant tag if
+        """BOS and the rendered conversation (`trainer.rl.chat.render`, plus the assistant tag if
         `open_assistant`), assistant bodies tokenized on their own and marked in the mask."""
         tokens, mask = list(self.bos), [False] * len(self.bos)
         pending = ""
@@ -234,7 +234,7 @@ class HFPolicy:
         return seq
 
     def encode_feedback(self, trajectory: Trajectory, hint: Hint) -> FeedbackExample:
-        """The student and teacher sequences of a hinted turn (as `trainer.feedback.encode_feedback`
+        """The student and teacher sequences of a hinted turn (as `trainer.rl.feedback.encode_feedback`
         builds them for the byte tokenizer): the prompt of that turn, without and with the hint,
         then the turn's message and EOS, the span covering those. A sequence longer than the
         context loses the start of its prompt after BOS."""
@@ -323,9 +323,9 @@ class HFPolicy:
         return bool(torch.allclose(from_hidden_BTV.float(), logits_BTV.float(), rtol=1e-4, atol=1e-3))
 
     def feedback_kl(self, hinted: Sequence[tuple[Trajectory, Hint]], *, kind: KLKind, chunk_size: int) -> Tensor:
-        """`trainer.kl.feedback_kl_loss` for this model: the teacher (hinted prompt) under no_grad,
+        """`trainer.rl.kl.feedback_kl_loss` for this model: the teacher (hinted prompt) under no_grad,
         the student with gradients, the divergence averaged over the target tokens."""
-        from trainer.kl import _predicting_rows, chunked_token_kl, naive_token_kl
+        from trainer.rl.kl import _predicting_rows, chunked_token_kl, naive_token_kl
 
         if not hinted:
             raise ValueError("feedback_kl needs at least one hinted turn")
