@@ -8,7 +8,9 @@ torchrun launch (`python -m torch.distributed.run --standalone --nproc-per-node 
 Multi-node recipes are launched with torchrun on every node by the cluster's scheduler (see
 recipes/train/README.md).
 
-Everything else is in the recipe; `--set` overrides one recipe key (TOML value syntax).
+Everything else is in the recipe; `--set` overrides one recipe key (TOML value syntax). `run`
+dispatches the recipe's mode to its loop: `trainer.pretrain.loop.pretrain` or
+`trainer.rl.loop.rl_train`.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["main", "torchrun_arguments"]
+if TYPE_CHECKING:
+    from trainer.recipe import Recipe
+
+__all__ = ["main", "run", "torchrun_arguments"]
 
 
 def torchrun_arguments(nproc_per_node: int, argv: Sequence[str]) -> list[str]:
@@ -65,12 +71,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
 
-    from trainer.pretrain.loop import run
-
     run(recipe)
     if _under_torchrun():
         _exit_quickly()
     return 0
+
+
+def run(recipe: Recipe) -> None:
+    """Train the recipe's mode in this process, inside torchrun's process group when world_size > 1."""
+    from trainer.runtime import process_group
+
+    with process_group(recipe):
+        if recipe.mode == "pretrain":
+            from trainer.pretrain.loop import pretrain
+
+            pretrain(recipe)
+        elif recipe.mode == "rl":
+            from trainer.rl.loop import rl_train
+
+            rl_train(recipe)
+        else:
+            raise ValueError(f"mode {recipe.mode!r} has no trainer")
 
 
 def _exit_quickly() -> None:

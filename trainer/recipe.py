@@ -6,8 +6,8 @@ A recipe has top-level keys ``mode``, ``seed`` and ``output_dir`` and the sectio
     [parallel]   ParallelDims      (trainer.parallel_dims)  world_size is derived from [launch]
     [model]      ModelConfig       (trainer.model)          ``preset`` plus any field to override
     [data]       DataConfig        (trainer.pretrain.data)
-    [optimizer]  OptimizerConfig   (trainer.pretrain.loop)          with [optimizer.muon], [optimizer.adamw]
-    [train]      TrainConfig       (trainer.pretrain.loop)
+    [optimizer]  OptimizerConfig   (this module)            with [optimizer.muon], [optimizer.adamw]
+    [train]      TrainConfig       (this module)
     [checkpoint] CheckpointConfig  (trainer.checkpoint)
 
 Unknown keys are errors that name the key and list the valid ones. ``--set section.key=value``
@@ -20,7 +20,7 @@ import dataclasses
 import tomllib
 import typing
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,17 @@ from trainer.model import ModelConfig, config_from_preset
 from trainer.optim.muon_reference import AdamWConfig, MuonConfig
 from trainer.parallel_dims import ParallelDims
 from trainer.rl.loop import RLConfig
-from trainer.pretrain.loop import OptimizerConfig, TrainConfig
 
-__all__ = ["MODES", "LaunchConfig", "Recipe", "apply_overrides", "load_recipe", "recipe_from_dict"]
+__all__ = ["MODES", "LaunchConfig", "OptimizerConfig", "Recipe", "TrainConfig", "apply_overrides", "load_recipe",
+           "recipe_from_dict"]
 
 MODES = ("pretrain", "rl")
 """Training modes a recipe can name: continued pretraining (needs [data]) and RL on mined tasks
 (needs [rl]; trainer.rl.loop)."""
 
 _DEVICES = {"cpu": "gloo", "cuda": "nccl"}
+_OPTIMIZERS = ("muon", "adamw")
+_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -69,6 +71,58 @@ class LaunchConfig:
     def backend(self) -> str:
         """The torch.distributed backend of `device`."""
         return _DEVICES[self.device]
+
+
+@dataclass(kw_only=True, slots=True)
+class OptimizerConfig:
+    """Which optimizer, its hyper-parameters, and the learning-rate warmup."""
+
+    name: str = "muon"
+    """"muon": Muon per head and per expert, AdamW for embeddings, norms, router and head.
+    "adamw": AdamW for everything."""
+    warmup_steps: int = 0
+    """The lr of every group rises linearly over this many steps, then stays constant."""
+    muon: MuonConfig = field(default_factory=MuonConfig)
+    """Hyper-parameters of the Muon groups."""
+    adamw: AdamWConfig = field(default_factory=AdamWConfig)
+    """Hyper-parameters of the AdamW groups."""
+
+    def __post_init__(self) -> None:
+        if self.name not in _OPTIMIZERS:
+            raise ValueError(f"name must be one of {', '.join(_OPTIMIZERS)}, got {self.name!r}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainConfig:
+    """How long to train, in what precision, and with which loss terms."""
+
+    steps: int
+    """Optimizer steps of the whole run."""
+    stop_at_step: int | None = None
+    """Stop after this step (checkpointed), as if interrupted; a later launch resumes to `steps`."""
+    dtype: str = "float32"
+    """Compute dtype of parameters in forward/backward: "float32" or "bfloat16" (CUDA);
+    sharded parameters, optimizer state and gradient reduction stay float32."""
+    aux_loss_coef: float = 0.0
+    """Weight of the MoE load-balancing loss. It is computed from each rank's own tokens, so with
+    a weight above 0 a distributed step is not identical to a single-process step."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.stop_at_step is not None and not 1 <= self.stop_at_step <= self.steps:
+            raise ValueError(f"stop_at_step must be in [1, steps={self.steps}], got {self.stop_at_step}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {self.dtype!r}")
+        if self.aux_loss_coef < 0:
+            raise ValueError(f"aux_loss_coef must be >= 0, got {self.aux_loss_coef}")
+
+    @property
+    def last_step(self) -> int:
+        """The step this launch ends after: `stop_at_step`, else `steps`."""
+        return self.stop_at_step or self.steps
 
 
 @dataclass(kw_only=True, slots=True)

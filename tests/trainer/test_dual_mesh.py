@@ -15,7 +15,9 @@ from trainer.pretrain.data import local_slice
 from trainer.model import config_from_preset
 from trainer.optim.muon_reference import AdamWConfig, MuonConfig
 from trainer.parallel_dims import ParallelDims
-from trainer.pretrain.loop import OptimizerConfig, build_model, build_optimizer, train_step
+from trainer.pretrain.loop import train_step
+from trainer.recipe import OptimizerConfig
+from trainer.runtime import build_model, build_optimizer
 
 SEQ_LEN = 32
 GLOBAL_BATCH = 8

@@ -35,10 +35,10 @@ import torch
 from torch import Tensor, nn
 
 from trainer.model import MatrixLayout
-from trainer.optim.muon_reference import AdamWConfig, MuonConfig, MuonWithAdamW, RoutingRule
+from trainer.optim.muon_reference import ADAMW_ONLY_ROUTING, AdamWConfig, MuonConfig, MuonWithAdamW, RoutingRule
 
 if TYPE_CHECKING:
-    from trainer.pretrain.loop import OptimizerConfig
+    from trainer.recipe import OptimizerConfig
 
 __all__ = ["HF_ROUTING", "StackedHalves", "build_hf_muon_adamw", "build_hf_optimizer", "hf_matrix_layouts"]
 
@@ -147,10 +147,8 @@ def build_hf_muon_adamw(
 
 
 def build_hf_optimizer(config: OptimizerConfig, model: nn.Module) -> MuonWithAdamW:
-    """`trainer.pretrain.loop.build_optimizer` for a Hugging Face model in one process: Muon + AdamW with
+    """`trainer.runtime.build_optimizer` for a Hugging Face model in one process: Muon + AdamW with
     `HF_ROUTING`, or AdamW alone."""
-    from trainer.pretrain.loop import ADAMW_ONLY_ROUTING
-
     if config.name == "adamw":
         return MuonWithAdamW(model.named_parameters(), layouts={}, adamw=config.adamw, routing=ADAMW_ONLY_ROUTING)
     return build_hf_muon_adamw(model, muon=config.muon, adamw=config.adamw)

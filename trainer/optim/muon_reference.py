@@ -28,6 +28,7 @@ from torch import Tensor
 from trainer.model import MatrixLayout, matrix_layouts
 
 __all__ = [
+    "ADAMW_ONLY_ROUTING",
     "DEFAULT_ROUTING",
     "KELLER_COEFFICIENTS",
     "NS_DTYPES",
@@ -153,6 +154,12 @@ DEFAULT_ROUTING: tuple[RoutingRule, ...] = (
     RoutingRule(pattern=r"(^|\.)experts\.w[123]$", algorithm="muon"),
     RoutingRule(pattern=r"", algorithm="adamw"),
 )
+
+ADAMW_ONLY_ROUTING: tuple[RoutingRule, ...] = (
+    RoutingRule(pattern=r"(norm\.weight|\.bias)$", algorithm="adamw", weight_decay=0.0),
+    RoutingRule(pattern=r"", algorithm="adamw"),
+)
+"""Routing of optimizer name "adamw" (any model): every parameter to AdamW, gains and biases without decay."""
 
 
 def route_parameters(names: Iterable[str], rules: Sequence[RoutingRule]) -> dict[str, int]:

@@ -357,13 +357,7 @@ def rl_train(recipe: Recipe) -> None:
     from trainer.rl.episodes import load_episodes, split_by_repository
     from trainer.rl.feedback import DETECTORS, detect_all, make_detector
     from trainer.rl.monitor import as_hints, flag_counts, monitor
-    from trainer.pretrain.loop import (
-        _open_metrics,
-        _write_run_record,
-        build_model,
-        build_optimizer,
-        set_learning_rate,
-    )
+    from trainer.runtime import RunLog, build_model, build_optimizer, set_learning_rate
 
     config: RLConfig = recipe.rl  # type: ignore[assignment]
     dims = recipe.parallel
@@ -375,6 +369,8 @@ def rl_train(recipe: Recipe) -> None:
     out = Path(recipe.output_dir)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
+    from trainer.runtime import Runtime
+    runtime = Runtime(rank=rank, world_size=world, device=device, out=out)
 
     episodes = load_episodes(config.tasks)
     train_set, validation = split_by_repository(episodes, config.validation_fraction, seed=recipe.seed)
@@ -416,15 +412,7 @@ def rl_train(recipe: Recipe) -> None:
         step = restored.step
         curriculum.load_state_dict(json.loads(restored.data["curriculum"]))
     policy.after_update()
-    metrics = None
-    if rank == 0:
-        _write_run_record(recipe, out, resumed_from=latest)
-        metrics = _open_metrics(out / "metrics.jsonl", keep_through_step=step)
-    writer = None
-    if config.tensorboard and rank == 0:
-        from torch.utils.tensorboard import SummaryWriter
-
-        writer = SummaryWriter(str(out / "tensorboard"))
+    log = RunLog(recipe, runtime, resumed_from=latest, step=step, tensorboard=config.tensorboard)
 
     detectors = [make_detector(name, **({"max_chars": config.overlong_chars} if name == "overlong" else {}))
                  for name in DETECTORS]
@@ -538,18 +526,12 @@ def rl_train(recipe: Recipe) -> None:
                 "solve_rates": curriculum.report(), "lr": optimizer.param_groups[0]["lr"],
                 "step_s": time.perf_counter() - started, "validation_tasks": len(validation),
             }
-            if metrics is not None:
-                metrics.write(json.dumps(line) + "\n")
-            if writer is not None:
-                for key in ("loss", "pg_loss", "kl", "reward_mean", "hint_fraction", "tool_error_rate"):
-                    writer.add_scalar(f"rl/{key}", line[key], step)
+            log.write(line)
+            log.scalars("rl", line, ("loss", "pg_loss", "kl", "reward_mean", "hint_fraction", "tool_error_rate"))
             if step % recipe.checkpoint.every == 0 or step == last:
                 checkpointer.save(TrainerState(step=step, data={"curriculum": json.dumps(curriculum.state_dict())}),
                                   model, optimizer)
     finally:
-        if metrics is not None:
-            metrics.close()
-        if writer is not None:
-            writer.close()
+        log.close()
         if scorer is not None:
             scorer.close()
