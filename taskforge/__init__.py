@@ -21,21 +21,21 @@ __version__ = "0.1.0"
 _API = {
     "Task": "taskforge.task",
     "read_tasks": "taskforge.datasets",
-    "Scorer": "taskforge.scorer",
-    "RewardResult": "taskforge.rewards",
-    "RewardClient": "taskforge.reward_client",
+    "Scorer": "taskforge.scoring.scorer",
+    "RewardResult": "taskforge.scoring.rewards",
+    "RewardClient": "taskforge.scoring.client",
     "Sandbox": "taskforge.sandbox",
     "SandboxBackend": "taskforge.sandbox",
     "SandboxLimits": "taskforge.sandbox",
     "open_backend": "taskforge.sandbox",
-    "Environment": "taskforge.environment",
-    "WORKSPACE": "taskforge.environment",
-    "rebuild_start_state": "taskforge.validate",
+    "Environment": "taskforge.repo.environment",
+    "WORKSPACE": "taskforge.repo.environment",
+    "rebuild_start_state": "taskforge.mining.revalidate",
     "TaskforgeError": "taskforge.errors",
     "SandboxError": "taskforge.errors",
     "typed_config": "taskforge.config",
-    "is_test_path": "taskforge.testfiles",
-    "TestLayout": "taskforge.testfiles",
+    "is_test_path": "taskforge.repo.testfiles",
+    "TestLayout": "taskforge.repo.testfiles",
     "checked_value": "taskforge.config",
 }
 """Public name -> the module that defines it (imported on first use)."""
@@ -45,15 +45,15 @@ __all__ = ["__version__", *sorted(_API)]
 if TYPE_CHECKING:
     from taskforge.config import checked_value, typed_config
     from taskforge.datasets import read_tasks
-    from taskforge.environment import WORKSPACE, Environment
+    from taskforge.repo.environment import WORKSPACE, Environment
     from taskforge.errors import SandboxError, TaskforgeError
-    from taskforge.reward_client import RewardClient
-    from taskforge.rewards import RewardResult
+    from taskforge.scoring.client import RewardClient
+    from taskforge.scoring.rewards import RewardResult
     from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits, open_backend
-    from taskforge.scorer import Scorer
+    from taskforge.scoring.scorer import Scorer
     from taskforge.task import Task
-    from taskforge.testfiles import TestLayout, is_test_path
-    from taskforge.validate import rebuild_start_state
+    from taskforge.repo.testfiles import TestLayout, is_test_path
+    from taskforge.mining.revalidate import rebuild_start_state
 
 
 def __getattr__(name: str) -> Any:

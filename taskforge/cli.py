@@ -53,11 +53,11 @@ def test_command(source: str, runs: int, as_json: bool, timeout_s: float) -> Non
     SOURCE is pypi:NAME==VERSION, a git URL with an optional @REV, or a local path.
     Exit status 0 means the suite ran (failing tests are results, not errors).
     """
-    from taskforge.baseimage import current_base
-    from taskforge.environment import build_environment
+    from taskforge.sandbox.base_image import current_base
+    from taskforge.repo.environment import build_environment
     from taskforge.sandbox import open_backend
-    from taskforge.sources import fetch
-    from taskforge.testrun import check_run, require_test_files, run_suite
+    from taskforge.repo.sources import fetch
+    from taskforge.repo.suite import check_run, require_test_files, run_suite
 
     backend = open_backend("docker")
     snapshot = fetch(source)
@@ -104,8 +104,8 @@ def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: st
     reason (in mine-summary.json) and the run goes on. Exit status 1 means every repository tried
     failed.
     """
-    from taskforge.recipe import load_recipe, recipe_from_dict
-    from taskforge.runner import RepoOutcome, RunSummary, inline_executor, run_mining
+    from taskforge.mining.recipe import load_recipe, recipe_from_dict
+    from taskforge.mining.run import RepoOutcome, RunSummary, inline_executor, run_mining
 
     try:
         if recipe_path is not None:
@@ -147,7 +147,7 @@ def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: st
 
         executor = inline_executor(progress)
     else:
-        from taskforge.distributed import ray_executor
+        from taskforge.mining.distributed import ray_executor
 
         executor = ray_executor()
     overall = tqdm(total=len(recipe.sources), desc="repositories", unit="repo", file=sys.stderr,
@@ -186,11 +186,11 @@ def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: st
 @_one_line_errors
 def validate_command(directory: Path, report_path: Path | None) -> None:
     """Validate every task in DIRECTORY again, from scratch, in fresh containers."""
-    from taskforge.baseimage import current_base
+    from taskforge.sandbox.base_image import current_base
     from taskforge.datasets import read_tasks
     from taskforge.datasets.manifest import write_atomic
     from taskforge.sandbox import open_backend
-    from taskforge.validate import check_task
+    from taskforge.mining.revalidate import check_task
 
     backend = open_backend("docker")
     base = current_base(backend)
@@ -231,11 +231,11 @@ def audit_command(directory: Path) -> None:
 
     import pyarrow.parquet as pq
 
-    from taskforge.audit import AuditResult
+    from taskforge.mining.audit.scan import AuditResult
     from taskforge.datasets import TASKS, DatasetWriter, read_manifest, run_versions
     from taskforge.task import Task
     from taskforge.sandbox import open_backend
-    from taskforge.validate import audit_tasks
+    from taskforge.mining.revalidate import audit_tasks
 
     backend = open_backend("docker")
     flagged = failed = total = 0
@@ -294,9 +294,9 @@ def score_command(tasks_dir: Path, predictions: Path | None, out_dir: Path, mode
     from collections import Counter
 
     from taskforge.datasets import read_tasks
-    from taskforge.reward_server import RewardSink, candidate_key
+    from taskforge.scoring.server import RewardSink, candidate_key
     from taskforge.sandbox import open_backend
-    from taskforge.scorer import (
+    from taskforge.scoring.scorer import (
         SCORER_VERSION,
         RewardMode,
         RewardResult,
@@ -434,16 +434,16 @@ class _ScoreProgress:
 def serve_command(tasks_dir: Path, port: int, host: str, concurrency: int, max_queue: int, request_timeout_s: float,
                   api_key_env: str, timeout_s: float, max_body_bytes: int, rewards_out: Path | None) -> None:
     """Serve rewards over HTTP: POST /score and /score_many score candidate patches against the
-    tasks of TASKS (protocol: README, or taskforge.reward_server). SIGTERM or SIGINT stops it
+    tasks of TASKS (protocol: README, or taskforge.scoring.server). SIGTERM or SIGINT stops it
     cleanly: scorings in flight finish, reward rows are stored, the containers are removed."""
     import os
     import signal
     import threading
 
     from taskforge.datasets import read_tasks
-    from taskforge.reward_server import RewardServer, ServerConfig
+    from taskforge.scoring.server import RewardServer, ServerConfig
     from taskforge.sandbox import open_backend
-    from taskforge.scorer import Scorer
+    from taskforge.scoring.scorer import Scorer
 
     api_key = os.environ.get(api_key_env)
     if api_key is not None and not api_key.strip():
@@ -540,7 +540,7 @@ def export_command(directory: Path, fmt: str, out: Path, images: bool) -> None:
 
     tags: dict[str, str] | None = None
     if images:
-        from taskforge.datasets.images import build_task_images
+        from taskforge.mining.images import build_task_images
         from taskforge.sandbox.docker import DockerBackend
 
         # Docker by name: building, auditing and deleting images is beyond the SandboxBackend protocol.
@@ -565,7 +565,7 @@ def checkout_command(directory: Path, instance_id: str, dest: Path) -> None:
     """Write out INSTANCE_ID's start state into DEST (a new folder): exactly the working tree and
     .git an agent starts from, rebuilt from the task's row."""
     from taskforge.datasets import read_tasks
-    from taskforge.validate import rebuild_start_state
+    from taskforge.mining.revalidate import rebuild_start_state
 
     tasks = {task.instance_id: task for task in read_tasks(directory)}
     if instance_id not in tasks:
@@ -586,7 +586,7 @@ def sandbox() -> None:
 @_one_line_errors
 def build_base_command(from_image: str | None, force: bool) -> None:
     """Build (or reuse) the base image every environment builds on."""
-    from taskforge.baseimage import build_base
+    from taskforge.sandbox.base_image import build_base
     from taskforge.sandbox import open_backend
 
     base = build_base(open_backend("docker"), from_image=from_image, force=force)

@@ -12,7 +12,7 @@ per-task boundary; nowhere else.
     │   └── SandboxUnavailable the container engine is not reachable
     ├── NoTestsError           the repository has no tests to run
     ├── TestRunError           pytest ran but could not produce results (collection errors, crash)
-    └── LLMError               an LLM endpoint failed, or its model misbehaved (taskforge.llm)
+    └── LLMError               an LLM endpoint failed, or its model misbehaved (taskforge.llm.client)
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class Task:
     repo: str
     source: str
     base_commit: str
-    """The start state's commit: a fresh repository with this one commit (taskforge.startstate)."""
+    """The start state's commit: a fresh repository with this one commit (taskforge.repo.startstate)."""
     source_commit: str
     """The commit of the source snapshot the task was cut from."""
     version: str
@@ -70,7 +70,7 @@ class Task:
     validation: str
     """Validation details, as JSON: runs, durations, agent, writer."""
     audit: str
-    """The leak audit, as JSON (taskforge.audit.AuditResult): findings, what was searched, time."""
+    """The leak audit, as JSON (taskforge.mining.audit.scan.AuditResult): findings, what was searched, time."""
     seed: int
     taskforge_version: str
 
@@ -89,7 +89,7 @@ class Task:
 
 
 class Verdict(Protocol):
-    """What a scorer says of one patch (``taskforge.rewards.RewardResult`` is one)."""
+    """What a scorer says of one patch (``taskforge.scoring.rewards.RewardResult`` is one)."""
 
     @property
     def status(self) -> str: ...
@@ -104,6 +104,6 @@ class Verdict(Protocol):
 
 
 class TaskScorer(Protocol):
-    """Scores a patch against a task (``taskforge.scorer.Scorer`` is one)."""
+    """Scores a patch against a task (``taskforge.scoring.scorer.Scorer`` is one)."""
 
     def score(self, task: Task, patch: str, *, tests: Literal["all", "fail_to_pass"] = "all") -> Verdict: ...

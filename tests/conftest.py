@@ -43,7 +43,7 @@ def backend():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def base_image(backend, session_cache: Path):  # type: ignore[no-untyped-def]
     """The offline base image (built once per machine; later sessions reuse it by its content tag)."""
-    from taskforge.baseimage import build_base
+    from taskforge.sandbox.base_image import build_base
 
     return build_base(backend)
 
@@ -64,8 +64,8 @@ def local_sample(tmp_path_factory, backend, base_image, session_cache):  # type:
         read_tasks,
         run_versions,
     )
-    from taskforge.environment import build_environment
-    from taskforge.sources import fetch
+    from taskforge.repo.environment import build_environment
+    from taskforge.repo.sources import fetch
 
     tasks = read_tasks(SAMPLE)
     env = build_environment(fetch(tasks[0].source), backend=backend, base=base_image)

@@ -9,7 +9,7 @@ SWE-bench stores every instance field as a string; FAIL_TO_PASS and PASS_TO_PASS
   metadata, which the start state keeps, and it is the one commit the task's repository has;
 - ``image_name`` (not a SWE-bench field; SWE-smith and SWE-Gym use it) names the image to run the
   task in: the environment image, or with ``--images`` the per-task image
-  (:mod:`taskforge.datasets.images`).
+  (:mod:`taskforge.mining.images`).
 
 The Hugging Face export writes ``data/train-*.parquet`` (task rows with the task schema),
 ``rewards/train-*.parquet`` when the folder has rewards, the source manifest as

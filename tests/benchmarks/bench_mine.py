@@ -26,11 +26,11 @@ import statistics
 import time
 from pathlib import Path
 
-from taskforge.baseimage import current_base
-from taskforge.mine import MineConfig, mine_repository
+from taskforge.sandbox.base_image import current_base
+from taskforge.mining.pipeline import MineConfig, mine_repository
 from taskforge.task import Task
 from taskforge.sandbox import SandboxLimits, open_backend
-from taskforge.scorer import Scorer
+from taskforge.scoring.scorer import Scorer
 from tests.corpus import corpus
 
 

@@ -4,7 +4,7 @@
                                          [--max-tasks 3] [--rounds 1] [--json bench-ray.json]
 
 Every round mines the same projects twice into fresh dataset folders, through the same driver
-the CLI uses (``taskforge.runner.run_mining`` with ``taskforge.distributed.ray_executor``): once
+the CLI uses (``taskforge.mining.run.run_mining`` with ``taskforge.mining.distributed.ray_executor``): once
 with one repository in flight, once with two, in alternating order from round to round. Sources
 and environment images are built before the first round, so both configurations pay the same
 (uncached) work: baselines, coverage, candidates, validation, audit. It reports the wall time of
@@ -22,13 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from taskforge.baseimage import current_base
-from taskforge.distributed import ray_executor
-from taskforge.environment import build_environment
-from taskforge.recipe import recipe_from_dict
-from taskforge.runner import run_mining
+from taskforge.sandbox.base_image import current_base
+from taskforge.mining.distributed import ray_executor
+from taskforge.repo.environment import build_environment
+from taskforge.mining.recipe import recipe_from_dict
+from taskforge.mining.run import run_mining
 from taskforge.sandbox import open_backend
-from taskforge.sources import fetch
+from taskforge.repo.sources import fetch
 from tests.corpus import corpus
 
 

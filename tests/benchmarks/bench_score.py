@@ -43,13 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from taskforge.datasets import read_tasks
-from taskforge.environment import Environment
+from taskforge.repo.environment import Environment
 from taskforge.task import Task
-from taskforge.patches import apply_patch
+from taskforge.repo.patches import apply_patch
 from taskforge.sandbox import SandboxBackend, SandboxLimits, open_backend
-from taskforge.scorer import RewardResult, Scorer
-from taskforge.testrun import _host_venv
-from taskforge.validate import rebuild_start_state
+from taskforge.scoring.scorer import RewardResult, Scorer
+from taskforge.repo.suite import _host_venv
+from taskforge.mining.revalidate import rebuild_start_state
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _NOISE_NOTE = "shared, noisy machine: every figure is a median (p95: linear interpolation over the samples)"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.audit import scan_image
-from taskforge.environment import build_environment
-from taskforge.fingerprint import build_fingerprint
+from taskforge.mining.audit.scan import scan_image
+from taskforge.repo.environment import build_environment
+from taskforge.mining.audit.fingerprint import build_fingerprint
 from taskforge.sandbox import SandboxLimits
-from taskforge.sources import fetch
+from taskforge.repo.sources import fetch
 
 pytestmark = pytest.mark.docker
 

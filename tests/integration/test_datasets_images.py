@@ -18,7 +18,7 @@ from taskforge.datasets import (
     read_manifest,
     read_tasks,
 )
-from taskforge.datasets.images import build_task_image, task_image_tag
+from taskforge.mining.images import build_task_image, task_image_tag
 from taskforge.errors import TaskforgeError
 
 pytestmark = pytest.mark.docker

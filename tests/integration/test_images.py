@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from taskforge.baseimage import build_base
-from taskforge.environment import build_environment
+from taskforge.sandbox.base_image import build_base
+from taskforge.repo.environment import build_environment
 from taskforge.sandbox import SandboxLimits
-from taskforge.sources import fetch
+from taskforge.repo.sources import fetch
 
 pytestmark = pytest.mark.docker
 

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.llm import LLMConfig
-from taskforge.llm_scripted import Script, ScriptedChatServer
-from taskforge.mine import MineConfig, mine_repository
-from taskforge.scorer import Scorer
-from taskforge.patches import diff
-from taskforge.removal import LibcstRemovalAgent
-from taskforge.sources import fetch
-from taskforge.statements import leaked_lines
-from taskforge.symbols import build_index
-from taskforge.validate import check_task
+from taskforge.llm.client import LLMConfig
+from taskforge.llm.scripted import Script, ScriptedChatServer
+from taskforge.mining.pipeline import MineConfig, mine_repository
+from taskforge.scoring.scorer import Scorer
+from taskforge.repo.patches import diff
+from taskforge.mining.removal.cst import LibcstRemovalAgent
+from taskforge.repo.sources import fetch
+from taskforge.mining.statements.template import leaked_lines
+from taskforge.repo.symbols import build_index
+from taskforge.mining.revalidate import check_task
 
 pytestmark = pytest.mark.docker
 

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from taskforge.shards import read_tasks
-from taskforge.sources import fetch
-from taskforge.symbols import build_index
-from taskforge.statements import leaked_lines
-from taskforge.validate import check_task
+from taskforge.datasets import read_tasks
+from taskforge.repo.sources import fetch
+from taskforge.repo.symbols import build_index
+from taskforge.mining.statements.template import leaked_lines
+from taskforge.mining.revalidate import check_task
 
 pytestmark = pytest.mark.docker
 
@@ -155,8 +155,8 @@ def test_a_failing_repository_is_recorded_and_the_run_goes_on(tmp_path, session_
 def test_one_line_tracebacks_validate_the_same_tasks(backend, base_image) -> None:  # type: ignore[no-untyped-def]
     """``tracebacks = "line"`` only shortens what pytest prints about the failing tests: the same
     candidates become the same tasks, with the same tests, as with the project's own style."""
-    from taskforge.mine import MineConfig, mine_repository
-    from taskforge.scorer import Scorer
+    from taskforge.mining.pipeline import MineConfig, mine_repository
+    from taskforge.scoring.scorer import Scorer
 
     with Scorer(backend=backend) as scorer:
         results = [

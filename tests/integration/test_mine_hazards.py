@@ -137,7 +137,7 @@ def test_a_source_module_selected_for_its_doctests_is_no_test_module(hazard, bac
     python_files says; the scorer names hazard/paths.py for its PASS_TO_PASS doctests. A candidate
     that adds a module-level pytest hook and a test function there must not get them run: the
     file is collected for its doctests alone, as in the baseline."""
-    from taskforge.scorer import Scorer
+    from taskforge.scoring.scorer import Scorer
 
     out, _ = hazard
     task = next(t for t in read_tasks(out) if t.strategy == "body" and t.target == "hazard.words:title_words")

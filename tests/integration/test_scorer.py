@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from taskforge.task import Task
-from taskforge.patches import apply_patch, diff
+from taskforge.repo.patches import apply_patch, diff
 from taskforge.sandbox import SandboxLimits
-from taskforge.scorer import Scorer
-from taskforge.shards import read_tasks
-from taskforge.validate import rebuild_start_state
+from taskforge.scoring.scorer import Scorer
+from taskforge.datasets import read_tasks
+from taskforge.mining.revalidate import rebuild_start_state
 
 pytestmark = pytest.mark.docker
 

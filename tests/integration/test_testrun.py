@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.environment import build_environment
-from taskforge.sources import fetch
-from taskforge.testrun import run_suite
+from taskforge.repo.environment import build_environment
+from taskforge.repo.sources import fetch
+from taskforge.repo.suite import run_suite
 
 pytestmark = pytest.mark.docker
 
@@ -167,7 +167,7 @@ def test_cli_json_and_summary(tricky, session_cache: Path) -> None:  # type: ign
 def test_warm_runs_never_reuse_stale_bytecode(tricky, backend) -> None:  # type: ignore[no-untyped-def]
     """A warm container keeps compiled modules across runs; a same-size edit in the same second
     must still be seen, in the package and in a (assertion-rewritten) test module alike."""
-    from taskforge.testrun import SuiteRunner
+    from taskforge.repo.suite import SuiteRunner
 
     snapshot, env = tricky
     fails = "tests/test_tricky.py::TestGroup::test_fails"  # asserts double(1) == 3
@@ -189,7 +189,7 @@ def test_warm_runs_never_reuse_stale_bytecode(tricky, backend) -> None:  # type:
 def test_repeats_in_one_exec_are_independent_runs(tricky, backend) -> None:  # type: ignore[no-untyped-def]
     """Repeats sharing an exec each start from a reset tree and empty /tmp, in a new interpreter
     (so hash-dependent tests still vary), and each report carries its own nonce."""
-    from taskforge.testrun import SuiteRunner
+    from taskforge.repo.suite import SuiteRunner
 
     snapshot, env = tricky
     prefix = "tests/test_tricky.py::"
@@ -207,7 +207,7 @@ def test_repeats_in_one_exec_are_independent_runs(tricky, backend) -> None:  # t
 def test_a_selection_larger_than_one_argument_runs(tricky, backend) -> None:  # type: ignore[no-untyped-def]
     """A selection of thousands of ids (here 300 KiB) is more than one argv entry may hold (128
     KiB on Linux); the request goes over stdin, and the selected tests run."""
-    from taskforge.testrun import SuiteRunner
+    from taskforge.repo.suite import SuiteRunner
 
     snapshot, env = tricky
     wanted = "tests/test_tricky.py::test_skipped"
@@ -221,7 +221,7 @@ def test_a_selection_larger_than_one_argument_runs(tricky, backend) -> None:  # 
 def test_deleting_every_file_of_a_folder_removes_the_folder(tricky, backend) -> None:  # type: ignore[no-untyped-def]
     """As a checkout of the start state would: an empty `pkg.egg-info/` left behind still counts
     as an installed distribution (with no version)."""
-    from taskforge.testrun import SuiteRunner
+    from taskforge.repo.suite import SuiteRunner
 
     snapshot, env = tricky
     with SuiteRunner(snapshot, env, backend=backend) as runner:
@@ -242,7 +242,7 @@ def test_forked_runs_match_new_interpreters(tricky, backend) -> None:  # type: i
     """The fork servers serve the runs of a warm container (two of them, taking turns) and give
     what new interpreters give; what a test leaves running is killed after its run, the servers
     are not; a server killed by a test is replaced."""
-    from taskforge.testrun import SuiteRunner
+    from taskforge.repo.suite import SuiteRunner
 
     snapshot, env = tricky
     steady = lambda run: {t: r.outcome for t, r in run.results.items() if "flaky_hash" not in t}  # noqa: E731
@@ -284,7 +284,7 @@ def test_forked_runs_match_new_interpreters(tricky, backend) -> None:  # type: i
 def test_no_fork_server_when_pytest_imports_the_code_under_test(backend, base_image, session_cache) -> None:  # type: ignore[no-untyped-def]
     """Mining iniconfig, which pytest itself imports: a server would hold the workspace's
     iniconfig as it was when the server started, so it refuses and runs get new interpreters."""
-    from taskforge.testrun import SuiteRunner
+    from taskforge.repo.suite import SuiteRunner
 
     snapshot = fetch("pypi:iniconfig==2.3.1")
     env = build_environment(snapshot, backend=backend, base=base_image)

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.baseimage import BaseImage
-from taskforge.environment import build_environment
+from taskforge.sandbox.base_image import BaseImage
+from taskforge.repo.environment import build_environment
 from taskforge.task import Task
-from taskforge.patches import apply_patch
-from taskforge.reward_client import RewardClient
-from taskforge.reward_server import RewardServer, ServerConfig
+from taskforge.repo.patches import apply_patch
+from taskforge.scoring.client import RewardClient
+from taskforge.scoring.server import RewardServer, ServerConfig
 from taskforge.sandbox import SandboxBackend
-from taskforge.scorer import Scorer
-from taskforge.sources import fetch
-from taskforge.validate import rebuild_start_state
+from taskforge.scoring.scorer import Scorer
+from taskforge.repo.sources import fetch
+from taskforge.mining.revalidate import rebuild_start_state
 from trainer.rl.chat import Message
 from trainer.rl.env import TOOLS, CodingEnv
 from trainer.rl.episodes import load_episodes, split_by_repository

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from taskforge.audit_scan import scan
+from taskforge.guest.scanner import scan
 
 
 def _fingerprint(**items: Any) -> dict[str, Any]:

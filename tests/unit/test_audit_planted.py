@@ -35,9 +35,9 @@ from typing import Any
 
 import pytest
 
-from taskforge import audit_scan
-from taskforge.audit_scan import scan
-from taskforge.fingerprint import Fingerprint, build_fingerprint
+from taskforge.guest import scanner
+from taskforge.guest.scanner import scan
+from taskforge.mining.audit.fingerprint import Fingerprint, build_fingerprint
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "audit"
 ORIGINAL = FIXTURES / "original"
@@ -601,7 +601,7 @@ def test_script_in_a_bare_interpreter(tmp_path: Path, tasks: dict[str, Task]) ->
     # The sandbox runs a copy of the file with its own Python, without taskforge: -I -S.
     task = tasks["symbol"]
     ws = workspace(tmp_path / "ws", task)
-    script = shutil.copy(audit_scan.__file__, tmp_path / "audit_scan.py")
+    script = shutil.copy(scanner.__file__, tmp_path / "audit_scan.py")
     request = {"fingerprints": {"t1": task.fingerprint.to_json()}, "roots": [str(ws)]}
     # The request file holds the fingerprint in clear text; placed inside a root, it must not
     # report itself (the script excludes its own request and file).

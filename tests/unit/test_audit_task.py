@@ -5,10 +5,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from taskforge.audit import audit_task_state
-from taskforge.audit_scan import scan
-from taskforge.sources import fetch
-from taskforge.startstate import write_start_state
+from taskforge.mining.audit.scan import audit_task_state
+from taskforge.guest.scanner import scan
+from taskforge.repo.sources import fetch
+from taskforge.repo.startstate import write_start_state
 
 MODULE = '''"""Read line-delimited records for the ledger reconciliation report."""
 

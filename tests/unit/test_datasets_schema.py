@@ -63,7 +63,7 @@ def test_unknown_kind_lists_the_known_ones() -> None:
 
 def test_importing_the_package_imports_no_heavy_module() -> None:
     code = ("import sys, taskforge.datasets, taskforge.datasets.stats, taskforge.datasets.export, "
-            "taskforge.datasets.images, taskforge.shards; "
+            "taskforge.mining.images, taskforge.datasets.reader; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pyarrow', 'duckdb', 'datasets', 'ray', 'matplotlib', 'docker', 'pandas')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

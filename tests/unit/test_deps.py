@@ -1,4 +1,4 @@
-"""taskforge.deps: golden files from real sdists, then each source on small inline repositories."""
+"""taskforge.repo.requirements: golden files from real sdists, then each source on small inline repositories."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from taskforge.deps import (
+from taskforge.repo.requirements import (
     DetectedRequirement,
     TestRequirements,
     detect_test_requirements,

@@ -1,6 +1,6 @@
-"""taskforge.fingerprint on the stanzakit fixture project: what each strategy's fingerprint holds,
+"""taskforge.mining.audit.fingerprint on the stanzakit fixture project: what each strategy's fingerprint holds,
 what it must leave out (anything the start state still shows), and the shared tokenizer, hash and
-signature keys of taskforge.audit_scan."""
+signature keys of taskforge.guest.scanner."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from taskforge import audit_scan
-from taskforge.audit_scan import (
+from taskforge.guest import scanner
+from taskforge.guest.scanner import (
     code_signature_key,
     iter_tokens,
     ngram_hashes,
     parse_signature,
     token_words,
 )
-from taskforge.fingerprint import Fingerprint, build_fingerprint
+from taskforge.mining.audit.fingerprint import Fingerprint, build_fingerprint
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "audit"
 ORIGINAL = FIXTURES / "original"
@@ -219,16 +219,16 @@ def test_tokens_ignore_layout_comments_and_quote_style() -> None:
 
 def test_fast_tokenizer_agrees_with_the_plain_one() -> None:
     # The scanner's cached tokenizer against iter_tokens, which the fingerprint uses.
-    for path in (ORIGINAL / "stanzakit/headers.py", Path(audit_scan.__file__), Path(__file__)):
+    for path in (ORIGINAL / "stanzakit/headers.py", Path(scanner.__file__), Path(__file__)):
         text = path.read_text()
-        assert audit_scan._tokens(text) == [t for _, t in iter_tokens(text)]
+        assert scanner._tokens(text) == [t for _, t in iter_tokens(text)]
 
 
 def test_rolling_ngram_hash_agrees_with_hashing_each_window() -> None:
     tokens = [t for _, t in iter_tokens((ORIGINAL / "stanzakit/ledger.py").read_text())]
-    n, modulus, base = 12, (1 << 61) - 1, audit_scan._HASH_BASE
+    n, modulus, base = 12, (1 << 61) - 1, scanner._HASH_BASE
     naive = [
-        sum(audit_scan._token_value(t) * pow(base, n - 1 - i, modulus) for i, t in enumerate(tokens[start:start + n]))
+        sum(scanner._token_value(t) * pow(base, n - 1 - i, modulus) for i, t in enumerate(tokens[start:start + n]))
         % modulus
         for start in range(len(tokens) - n + 1)
     ]
@@ -240,8 +240,8 @@ def test_ngram_hash_is_pinned_and_independent_of_the_process() -> None:
     here = ngram_hashes(tokens, 4)
     # Pinned: the host and every sandbox must agree forever (a fingerprint outlives its process).
     assert here == [2265512467385989387, 167571704067756576, 1158961524592652832]
-    code = f"from taskforge.audit_scan import ngram_hashes; print(ngram_hashes({tokens!r}, 4))"
-    env = {"PYTHONHASHSEED": "12345", "PYTHONPATH": str(Path(audit_scan.__file__).parents[1])}
+    code = f"from taskforge.guest.scanner import ngram_hashes; print(ngram_hashes({tokens!r}, 4))"
+    env = {"PYTHONHASHSEED": "12345", "PYTHONPATH": str(Path(scanner.__file__).parents[1])}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == here
 
@@ -256,12 +256,12 @@ def test_signature_keys_agree_between_source_bytecode_and_mypy() -> None:
     # The recorded mypy cache (a real mypy run) spells the same signature with argument kinds.
     data = json.loads((FIXTURES / "mypy/headers.data.json").read_text())
     node = data["names"]["fold_widget_header"]["node"]
-    key = audit_scan._mypy_signature_key(node["name"], node["arg_names"], node["arg_kinds"])
+    key = scanner._mypy_signature_key(node["name"], node["arg_names"], node["arg_kinds"])
     assert (node["name"], key) == parse_signature("def fold_widget_header(line, *, strict=..., limit=...)")
 
 
 def test_audit_scan_imports_only_the_standard_library() -> None:
-    tree = ast.parse(Path(audit_scan.__file__).read_text())
+    tree = ast.parse(Path(scanner.__file__).read_text())
     imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -279,7 +279,7 @@ def test_a_dependencys_interface_is_no_evidence(tmp_path, monkeypatch) -> None: 
     but not the body's n-grams, and not what a dependency's copy of the project defines."""
     import zipfile
 
-    from taskforge.fingerprint import interface_names
+    from taskforge.mining.audit.fingerprint import interface_names
 
     monkeypatch.setenv("TASKFORGE_CACHE", str(tmp_path / "cache"))
     wheelhouse = tmp_path / "wheels"

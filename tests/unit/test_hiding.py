@@ -1,4 +1,4 @@
-"""taskforge.hiding: hidden tests are gone, and pytest still collects every other test.
+"""taskforge.mining.hiding: hidden tests are gone, and pytest still collects every other test.
 
 The real-project tests hide a sample of a real suite's node ids, then let pytest collect the result:
 what is left must be the original collection minus exactly the hidden functions, with every
@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from taskforge.errors import TaskforgeError
-from taskforge.hiding import ClassIndex, hide_tests
-from taskforge.sources import fetch
+from taskforge.mining.hiding import ClassIndex, hide_tests
+from taskforge.repo.sources import fetch
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "hiding"
 

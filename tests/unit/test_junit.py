@@ -1,4 +1,4 @@
-"""taskforge.junit and the pytest plugin, against real pytest runs and recorded real reports.
+"""taskforge.repo.junit and the pytest plugin, against real pytest runs and recorded real reports.
 
 The synthetic project below is run with the real pytest (a subprocess of ``sys.executable``) in a
 temporary directory; its node ids come independently from ``pytest --collect-only -q``. The golden
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from taskforge import junit
+from taskforge.repo import junit
 from taskforge.errors import TestRunError
-from taskforge.junit import PLUGIN_MODULE, CollectionError, JUnitReport, parse_junit, plugin_source
+from taskforge.repo.junit import PLUGIN_MODULE, CollectionError, JUnitReport, parse_junit, plugin_source
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "junit"
 NONCE = "synthetic-nonce-5f1c"
@@ -569,7 +569,7 @@ def test_long_failure_message_is_cut_to_its_first_line() -> None:
 
 
 def test_plugin_source_is_the_module_file() -> None:
-    assert plugin_source() == (Path(junit.__file__).parent / "pytest_plugin.py").read_text(encoding="utf-8")
+    assert plugin_source() == (Path(junit.__file__).parents[1] / "guest" / "plugin.py").read_text(encoding="utf-8")
 
 
 def test_plugin_is_standalone() -> None:
@@ -582,7 +582,7 @@ def test_plugin_is_standalone() -> None:
 
 
 def test_plugin_and_parser_agree_on_property_names() -> None:
-    from taskforge import pytest_plugin
+    from taskforge.guest import plugin as pytest_plugin
 
     assert pytest_plugin.NODEID_PROPERTY == junit.NODEID_PROPERTY
     assert pytest_plugin.OUTCOME_PROPERTY == junit.OUTCOME_PROPERTY

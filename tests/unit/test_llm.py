@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from taskforge.errors import LLMError, TaskforgeError
-from taskforge.llm import ChatClient, LLMConfig
-from taskforge.llm_scripted import Script, ScriptedChatServer
+from taskforge.llm.client import ChatClient, LLMConfig
+from taskforge.llm.scripted import Script, ScriptedChatServer
 
 TOOLS = [{"type": "function", "function": {"name": "view", "description": "Show a file.",
                                            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]

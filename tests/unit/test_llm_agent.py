@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from taskforge.errors import TaskforgeError
-from taskforge.llm import LLMConfig
-from taskforge.llm_agent import LLMRemovalAgent
-from taskforge.llm_scripted import Script, ScriptedChatServer
-from taskforge.removal import LibcstRemovalAgent, load_agent
-from taskforge.symbols import SymbolIndex, build_index
+from taskforge.llm.client import LLMConfig
+from taskforge.mining.removal.llm_agent import LLMRemovalAgent
+from taskforge.llm.scripted import Script, ScriptedChatServer
+from taskforge.mining.removal.cst import LibcstRemovalAgent, load_agent
+from taskforge.repo.symbols import SymbolIndex, build_index
 
 TEXT = '''"""Text helpers."""
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from taskforge.errors import TaskforgeError
-from taskforge.llm import LLMConfig
-from taskforge.llm_scripted import Script, ScriptedChatServer
-from taskforge.llm_statements import LLMStatementWriter
-from taskforge.statements import (
+from taskforge.llm.client import LLMConfig
+from taskforge.llm.scripted import Script, ScriptedChatServer
+from taskforge.mining.statements.llm import LLMStatementWriter
+from taskforge.mining.statements.template import (
     RemovedSymbol,
     StatementContext,
     TemplateStatementWriter,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from taskforge.errors import TaskforgeError
-from taskforge.patches import StateTrees, apply_patch, diff
+from taskforge.repo.patches import StateTrees, apply_patch, diff
 
 
 def _repo(root: Path) -> Path:

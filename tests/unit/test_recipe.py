@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.recipe import load_recipe, read_sources, recipe_from_dict
+from taskforge.mining.recipe import load_recipe, read_sources, recipe_from_dict
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 

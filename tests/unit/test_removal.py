@@ -1,4 +1,4 @@
-"""taskforge.removal on real packages: every strategy applied, the package imported, lines compared.
+"""taskforge.mining.removal.cst on real packages: every strategy applied, the package imported, lines compared.
 
 Each removal is checked three ways: the package still imports (a subprocess imports the changed
 modules and everything that imports them), every line outside the removed code is byte-identical,
@@ -25,9 +25,9 @@ from xml.etree import ElementTree
 import pytest
 
 from taskforge.errors import TaskforgeError
-from taskforge.removal import REMOVAL_AGENTS, LibcstRemovalAgent, Removal, Strategy, load_agent
-from taskforge.sources import fetch
-from taskforge.symbols import SymbolIndex, absolute_module, build_index
+from taskforge.mining.removal.cst import REMOVAL_AGENTS, LibcstRemovalAgent, Removal, Strategy, load_agent
+from taskforge.repo.sources import fetch
+from taskforge.repo.symbols import SymbolIndex, absolute_module, build_index
 
 
 @dataclass(frozen=True)
@@ -792,7 +792,7 @@ def test_file_framing_is_kept(tmp_path: Path) -> None:
 
 
 def test_load_agent() -> None:
-    assert REMOVAL_AGENTS == {"libcst": "taskforge.removal:LibcstRemovalAgent", "llm": "taskforge.llm_agent:LLMRemovalAgent"}
+    assert REMOVAL_AGENTS == {"libcst": "taskforge.mining.removal.cst:LibcstRemovalAgent", "llm": "taskforge.mining.removal.llm_agent:LLMRemovalAgent"}
     agent = load_agent("libcst")
     assert isinstance(agent, LibcstRemovalAgent) and agent.name == "libcst"
     with pytest.raises(ValueError, match="unknown removal agent 'gpt'; valid names: libcst, llm"):

@@ -1,4 +1,4 @@
-"""taskforge.sources against real things: git repositories built here, file:// remotes, real PyPI sdists."""
+"""taskforge.repo.sources against real things: git repositories built here, file:// remotes, real PyPI sdists."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from taskforge.errors import SourceError
-from taskforge.sources import ParsedSource, Snapshot, fetch, parse_source
+from taskforge.repo.sources import ParsedSource, Snapshot, fetch, parse_source
 
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "Test Author",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.sources import fetch
-from taskforge.startstate import is_scrubbed, scrub_changes, write_start_state
+from taskforge.repo.sources import fetch
+from taskforge.repo.startstate import is_scrubbed, scrub_changes, write_start_state
 
 ORIGINAL = "def secret_feature(x):\n    return x * 41 + 1  # distinctive original body\n"
 REMOVED = "def secret_feature(x):\n    raise NotImplementedError\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskforge.statements import (
+from taskforge.mining.statements.template import (
     RemovedSymbol,
     StatementContext,
     TemplateStatementWriter,

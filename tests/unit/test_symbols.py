@@ -1,4 +1,4 @@
-"""taskforge.symbols on real packages (known facts of pinned sdists) and on small synthetic ones."""
+"""taskforge.repo.symbols on real packages (known facts of pinned sdists) and on small synthetic ones."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from taskforge.errors import TaskforgeError
-from taskforge.sources import fetch
-from taskforge.symbols import Symbol, SymbolIndex, build_index
+from taskforge.repo.sources import fetch
+from taskforge.repo.symbols import Symbol, SymbolIndex, build_index
 
 PROJECTS = {
     "iniconfig": ("pypi:iniconfig==2.3.1", ["src/iniconfig"]),

@@ -1,11 +1,11 @@
-"""The scorer's static rules (taskforge.tamper) and its reward arithmetic, on their own."""
+"""The scorer's static rules (taskforge.scoring.tamper) and its reward arithmetic, on their own."""
 
 from __future__ import annotations
 
 import pytest
 
-from taskforge.scorer import compute_reward
-from taskforge.tamper import TestPaths, classify_change, is_test_path, lint_python, lint_text, new_findings
+from taskforge.scoring.scorer import compute_reward
+from taskforge.scoring.tamper import TestPaths, classify_change, is_test_path, lint_python, lint_text, new_findings
 
 TESTS = TestPaths.of(["tests/test_core.py::test_a", "tests/test_core.py::test_b[1]"], ["tests/test_hidden.py"])
 

@@ -1,4 +1,4 @@
-"""Which files are tests (taskforge.testfiles), which ids are doctests (taskforge.task), and what
+"""Which files are tests (taskforge.repo.testfiles), which ids are doctests (taskforge.task), and what
 the scorer's tamper rules make of a module that holds doctests."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from taskforge.task import is_ambiguous_doctest_id, is_doctest_id
-from taskforge.tamper import TestPaths, classify_change
-from taskforge.testfiles import DEFAULT_LAYOUT, TestLayout, is_test_path
+from taskforge.scoring.tamper import TestPaths, classify_change
+from taskforge.repo.testfiles import DEFAULT_LAYOUT, TestLayout, is_test_path
 
 
 @pytest.mark.parametrize("path,expected", [

@@ -1,0 +1,174 @@
+"""taskforge's pytest plugin: makes pytest's JUnit XML report say exactly what happened.
+
+Standalone on purpose (stdlib and pytest only, pytest >= 7): it is copied into the sandbox as
+``taskforge_pytest_plugin.py`` and loaded with ``-p taskforge_pytest_plugin``, which works even
+with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``. It adds JUnit properties that ``taskforge.repo.junit`` reads:
+
+- ``taskforge.nodeid`` on every testcase: the exact node id, which pytest's ``classname``/``name``
+  mangle beyond exact recovery;
+- ``taskforge.outcome`` ("xfailed" or "xpassed") on tests marked xfail, since pytest writes a
+  non-strict XPASS as a plain pass;
+- ``taskforge.nonce`` once, on the ``<testsuite>``: the value of ``$TASKFORGE_NONCE``. The variable
+  is removed from the environment before any ``conftest.py`` is imported, so test code cannot read
+  it and forge a report that passes the scorer's check.
+
+With ``$TASKFORGE_COVERAGE_OUT`` set it also measures line coverage (coverage.py) of the
+directories in ``$TASKFORGE_COVERAGE_SOURCE`` with one context per test, and writes
+``{node id: {file: [lines]}}`` as JSON to that path when pytest ends. With
+``$TASKFORGE_SELECT`` naming a JSON file of node ids, only those tests run (the rest are
+deselected): argument lists cannot carry tens of thousands of ids. These variables are removed
+from the environment before any test code runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+NODEID_PROPERTY = "taskforge.nodeid"
+OUTCOME_PROPERTY = "taskforge.outcome"
+NONCE_PROPERTY = "taskforge.nonce"
+NONCE_ENV = "TASKFORGE_NONCE"
+COVERAGE_OUT_ENV = "TASKFORGE_COVERAGE_OUT"
+COVERAGE_SOURCE_ENV = "TASKFORGE_COVERAGE_SOURCE"
+SELECT_ENV = "TASKFORGE_SELECT"
+LAYOUT_OUT_ENV = "TASKFORGE_LAYOUT_OUT"
+
+_nonce_key = pytest.StashKey[str]()
+_coverage_key = pytest.StashKey[Any]()
+_coverage_out_key = pytest.StashKey[str]()
+_select_key = pytest.StashKey[frozenset[str]]()
+_layout_key = pytest.StashKey[str]()
+_doctest_only_key = pytest.StashKey[frozenset[str]]()
+
+
+def _is_doctest_id(nodeid: str) -> bool:
+    # As taskforge.task.is_doctest_id: a module's doctest, ``pkg/mod.py::pkg.mod.func``.
+    path, sep, name = nodeid.partition("::")
+    return bool(sep) and "::" not in name and path.endswith(".py") and "." in name.split("[", 1)[0]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> Generator[None, Any, None]:
+    # A source module given on the command line for its doctests alone is collected for them
+    # alone: pytest collects every file named on the command line as a test module too, whatever
+    # python_files says, which would run its test-like functions and module-level hooks.
+    outcome = yield
+    doctest_only = parent.config.stash.get(_doctest_only_key, frozenset())
+    if not doctest_only:
+        return
+    try:
+        rel = file_path.relative_to(parent.config.rootpath).as_posix()
+    except ValueError:
+        return
+    if rel in doctest_only:
+        from _pytest.doctest import DoctestModule
+
+        outcome.force_result([c for c in outcome.get_result()
+                              if isinstance(c, DoctestModule) or not isinstance(c, pytest.Module)])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # Runs after -p plugins are imported and before the initial conftest.py files are.
+    nonce = os.environ.pop(NONCE_ENV, None)
+    if nonce is not None:
+        early_config.stash[_nonce_key] = nonce
+    select = os.environ.pop(SELECT_ENV, None)
+    if select is not None:
+        with open(select, encoding="utf-8") as f:
+            wanted = frozenset(json.load(f))
+        early_config.stash[_select_key] = wanted
+        files: dict[str, bool] = {}
+        for nodeid in wanted:
+            path = nodeid.split("::", 1)[0]
+            files[path] = files.get(path, False) or not _is_doctest_id(nodeid)
+        early_config.stash[_doctest_only_key] = frozenset(path for path, tests in files.items() if not tests)
+    layout_out = os.environ.pop(LAYOUT_OUT_ENV, None)
+    if layout_out is not None:
+        early_config.stash[_layout_key] = layout_out
+    coverage_out = os.environ.pop(COVERAGE_OUT_ENV, None)
+    coverage_source = os.environ.pop(COVERAGE_SOURCE_ENV, "")
+    if coverage_out is not None:
+        import coverage  # only the coverage-map run needs it
+
+        # In memory, ignoring any project coverage config: only this map is wanted.
+        cov = coverage.Coverage(data_file=None, config_file=False, source=coverage_source.split(os.pathsep))
+        cov.start()
+        early_config.stash[_coverage_key] = cov
+        early_config.stash[_coverage_out_key] = coverage_out
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> bool | None:
+    layout_out = session.config.stash.get(_layout_key, None)
+    if layout_out is None:
+        return None
+    layout = {"python_files": list(session.config.getini("python_files")),
+              "testpaths": list(session.config.getini("testpaths"))}
+    with open(layout_out, "w", encoding="utf-8") as out:
+        json.dump(layout, out)
+    session.items = []
+    return True  # nothing is collected
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = config.stash.get(_select_key, None)
+    if wanted is None:
+        return
+    deselected = [item for item in items if item.nodeid not in wanted]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.nodeid in wanted]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, Any, None]:
+    cov = item.config.stash.get(_coverage_key, None)
+    if cov is not None:
+        cov.switch_context(item.nodeid)  # setup, call and teardown all count for the test
+    yield
+    if cov is not None:
+        cov.switch_context("")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cov = config.stash.get(_coverage_key, None)
+    if cov is None:
+        return
+    cov.stop()
+    data = cov.get_data()
+    lines_by_test: dict[str, dict[str, list[int]]] = {}
+    for path in sorted(data.measured_files()):
+        for line, contexts in sorted(data.contexts_by_lineno(path).items()):
+            for context in contexts:
+                if context:
+                    lines_by_test.setdefault(context, {}).setdefault(path, []).append(line)
+    with open(config.stash[_coverage_out_key], "w", encoding="utf-8") as out:
+        json.dump(lines_by_test, out)
+
+
+@pytest.hookimpl(trylast=True)  # after junitxml's own pytest_configure has set up its writer
+def pytest_configure(config: pytest.Config) -> None:
+    from _pytest.junitxml import xml_key  # the writer's stash key; private, but stable since pytest 7.0
+
+    writer = config.stash.get(xml_key, None)
+    nonce = config.stash.get(_nonce_key, None)
+    if writer is not None and nonce is not None:
+        writer.add_global_property(NONCE_PROPERTY, nonce)
+
+
+@pytest.hookimpl(hookwrapper=True)  # old-style wrapper: works with every pytest >= 7
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    # Reports copy item.user_properties when they are made, and junitxml writes the teardown
+    # report's copy (plus the call report's when a failed call is followed by a teardown error).
+    if call.when == "setup":
+        item.user_properties.append((NODEID_PROPERTY, item.nodeid))
+    outcome = yield
+    report = outcome.get_result()
+    if hasattr(report, "wasxfail"):  # set by pytest's skipping plugin on xfailed and non-strict xpassed reports
+        item.user_properties.append((OUTCOME_PROPERTY, "xpassed" if report.passed else "xfailed"))

@@ -1,0 +1,816 @@
+"""Fingerprint the code a task removed, so the leak audit can find copies of it left behind.
+
+:func:`build_fingerprint` diffs every changed file (the removed feature and the hidden tests)
+between the original (``before``) and the start state (``after``) and keeps what would prove a
+copy of the original survived: n-gram hashes of the removed tokens, the signatures, names,
+docstrings and string constants of the symbols that vanished, the names a hollowed body used
+(found again in bytecode), and the hidden test ids. :mod:`taskforge.guest.scanner` looks for them;
+the tokenizer, the hash and the matchers live there, so both sides agree.
+
+The audit must report nothing on a clean task, so a fingerprint holds nothing an agent may
+legitimately see, and little an unrelated project is likely to contain:
+
+* nothing that still appears in ``visible`` (the clean start state): a ``body`` task keeps its
+  signature and docstring on purpose, so they are no evidence; neither is a constant or a name
+  that the start state still uses somewhere. As a last step the audit's own matchers run over the
+  start state (its text, and its bytecode where it holds a fingerprint word) and every item they
+  find there is dropped, so the two sides cannot disagree about what is visible.
+* no name, signature or constant that the Python standard library also uses (``close``,
+  ``"Content-Type"``): a third-party package in the sandbox could use it just as well.
+* no signature that a dependency of the environment also defines, nor the bare name of a function
+  removed with such a signature (:func:`interface_names`; a dependency's copy of the project is
+  no dependency): a hook implementation matches the hookspec that declares it
+  (``def pytest_generate_tests(metafunc)`` is in pytest), a method that overrides a dependency's
+  base class matches the base. That is an interface, not a copy. The n-grams of the body are
+  kept: they are what a copy would share.
+* nothing too small to tell apart: constants under six characters, docstrings under 24, items
+  without a word of five characters or more (the audit's prefilter needs one), n-grams that hold
+  only keywords, operators and common names.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import difflib
+import hashlib
+import json
+import os
+import re
+import sys
+import sysconfig
+import tempfile
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import PurePosixPath
+from types import CodeType
+from typing import Any
+
+from taskforge.guest.scanner import (
+    ANCHOR_WORDS,
+    MIN_WORD,
+    anchor_word,
+    is_distinctive,
+    iter_tokens,
+    ngram_hashes,
+    normalize_docstring,
+    parse_signature,
+    residual_evidence,
+    test_id_patterns,
+    token_words,
+)
+
+__all__ = ["DEFAULT_NGRAM", "STRATEGIES", "Fingerprint", "build_fingerprint", "interface_names", "task_interfaces"]
+
+DEFAULT_NGRAM = 12
+"""Twelve normalized tokens (about one and a half lines of code): long enough that an unrelated
+package does not share one by chance once the start state's n-grams are out, short enough that a
+five-line body yields a dozen."""
+MIN_NGRAM = 4
+MIN_CONSTANT = 6
+MIN_DOCSTRING = 24
+DOCSTRING_CHARS = 160
+"""Docstrings are cut to their first 160 characters: rendered docs keep the opening sentences
+verbatim more often than the reST-heavy rest."""
+MIN_BODY_NAMES = 3
+MAX_ANCHOR_RATE = 2e-4
+"""An n-gram is kept only if the share of standard library modules expected to hold all of its
+anchor words (independence assumed) is at most this: a word no module uses with one in every
+seventh module, or three that are each in one module of twenty. Every kept n-gram makes the
+audit tokenize the files that hold its anchor, so this bounds the audit's cost; an n-gram of
+common words only would make it tokenize half of site-packages for evidence the other n-grams
+give anyway."""
+STRATEGIES = ("body", "symbol", "module")
+_PYTHON_SUFFIXES = (".py", ".pyi")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(kw_only=True, slots=True)
+class Fingerprint:
+    """What a copy of one task's removed code would contain, and its start state does not."""
+
+    ngrams: list[int] = field(default_factory=list)
+    """Hashes (:func:`taskforge.guest.scanner.ngram_hashes`) of token n-grams of the removed lines."""
+    signatures: list[str] = field(default_factory=list)
+    """``def name(a, *, b=...)`` of every removed function no longer in the start state."""
+    names: list[str] = field(default_factory=list)
+    """Removed names absent from the start state: bare (``parse``) and dotted (``pkg.mod.parse``,
+    and ``pkg.mod`` for a removed module)."""
+    constants: list[str] = field(default_factory=list)
+    """Non-trivial string constants of the removed code."""
+    docstrings: list[str] = field(default_factory=list)
+    """Docstrings of removed symbols and modules, whitespace collapsed (symbol and module tasks)."""
+    test_ids: list[str] = field(default_factory=list)
+    """Hidden test node ids (FAIL_TO_PASS): found in ``.pytest_cache`` or coverage contexts."""
+    n: int = DEFAULT_NGRAM
+    """The n-gram size."""
+    anchors: list[list[str]] = field(default_factory=list)
+    """Word sets (up to three words, rarest first) the audit's prefilter looks for: every n-gram
+    holds all words of one. Only files that hold all words of an anchor are tokenized."""
+    bodies: dict[str, list[str]] = field(default_factory=dict)
+    """Hollowed function (qualname) -> the names its removed body used (body tasks): its bytecode
+    lists them, the start state's ``raise NotImplementedError`` does not."""
+
+    def __post_init__(self) -> None:
+        if self.n < MIN_NGRAM:
+            raise ValueError(f"n must be at least {MIN_NGRAM}, got {self.n}")
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to look for: the removed code held nothing distinctive enough (a one-line body
+        of common names). The audit can then vouch for nothing; the caller decides what to do."""
+        return not (self.ngrams or self.signatures or self.names or self.constants or self.docstrings
+                    or self.test_ids or self.bodies)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "ngrams": list(self.ngrams),
+            "anchors": [list(words) for words in self.anchors],
+            "signatures": list(self.signatures),
+            "names": list(self.names),
+            "constants": list(self.constants),
+            "docstrings": list(self.docstrings),
+            "test_ids": list(self.test_ids),
+            "bodies": {qualname: list(names) for qualname, names in self.bodies.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Fingerprint:
+        return cls(
+            n=int(data["n"]),
+            ngrams=[int(h) for h in data.get("ngrams", ())],
+            anchors=[[str(w) for w in words] for words in data.get("anchors", ())],
+            signatures=[str(s) for s in data.get("signatures", ())],
+            names=[str(s) for s in data.get("names", ())],
+            constants=[str(s) for s in data.get("constants", ())],
+            docstrings=[str(s) for s in data.get("docstrings", ())],
+            test_ids=[str(s) for s in data.get("test_ids", ())],
+            bodies={str(q): [str(n) for n in ns] for q, ns in dict(data.get("bodies", {})).items()},
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# What one changed file lost
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True)
+class _FileLoss:
+    token_runs: list[list[str]] = field(default_factory=list)
+    """Runs of consecutive tokens that lie on removed lines."""
+    names: list[str] = field(default_factory=list)
+    dotted: list[str] = field(default_factory=list)
+    signatures: list[str] = field(default_factory=list)
+    constants: list[str] = field(default_factory=list)
+    docstrings: list[str] = field(default_factory=list)
+    bodies: dict[str, set[str]] = field(default_factory=dict)
+
+
+def _removed_lines(before: str, after: str) -> set[int]:
+    """1-based numbers of the lines of ``before`` that ``after`` deleted or replaced."""
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    # Lines the two share at either end are kept; diff only what lies between (a task changes a
+    # few spots of a long file, and the matcher is quadratic in the worst case).
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    matcher = difflib.SequenceMatcher(None, old[head:len(old) - tail], new[head:len(new) - tail], autojunk=False)
+    removed: set[int] = set()
+    for tag, i1, i2, _, _ in matcher.get_opcodes():
+        if tag in ("delete", "replace"):
+            removed.update(range(head + i1 + 1, head + i2 + 1))
+    return removed
+
+
+@lru_cache(maxsize=64)
+def _line_tokens(text: str) -> tuple[tuple[int, str], ...]:
+    """(1-based line, normalized token) of every token of ``text``, once per text and process:
+    the tasks of one repository change the same original files again and again."""
+    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    return tuple((bisect.bisect_right(line_starts, offset), token) for offset, token in iter_tokens(text))
+
+
+def _token_runs(text: str, removed: set[int]) -> list[list[str]]:
+    # Tokenize the whole file, not the removed hunks alone: a hunk may start inside a string.
+    runs: list[list[str]] = []
+    current: list[str] = []
+    for line, token in _line_tokens(text):
+        if line in removed:
+            current.append(token)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return runs
+
+
+def _module_name(path: str, known: set[str]) -> str | None:
+    """``src/pkg/mod.py`` -> ``pkg.mod``: climb while the parent folder is a package."""
+    pure = PurePosixPath(path)
+    if pure.suffix not in _PYTHON_SUFFIXES:
+        return None
+    parts = [] if pure.stem == "__init__" else [pure.stem]
+    parent = pure.parent
+    while parent != PurePosixPath(".") and any(str(parent / f"__init__{s}") in known for s in _PYTHON_SUFFIXES):
+        parts.insert(0, parent.name)
+        parent = parent.parent
+    return ".".join(parts) or None
+
+
+def _definitions(tree: ast.Module) -> dict[str, ast.AST]:
+    """qualname -> node of every function and class at module level and inside classes."""
+    found: dict[str, ast.AST] = {}
+    stack: list[tuple[str, list[ast.stmt]]] = [("", tree.body)]
+    while stack:
+        prefix, body = stack.pop()
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qualname = prefix + node.name
+                found[qualname] = node
+                if isinstance(node, ast.ClassDef):
+                    stack.append((qualname + ".", node.body))
+            elif isinstance(node, (ast.If, ast.Try)):
+                # Definitions under ``if TYPE_CHECKING:`` or ``try: ... except ImportError:``.
+                stack.append((prefix, [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]))
+    return found
+
+
+def _parse(text: str | None) -> ast.Module | None:
+    if text is None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+@lru_cache(maxsize=64)
+def _analyzed(text: str) -> tuple[ast.Module | None, dict[str, ast.AST], frozenset[int]]:
+    """The tree of ``text``, its definitions and its docstring nodes, once per text and process:
+    the tasks of one repository change the same original files again and again. The trees are
+    shared, so nothing may modify them."""
+    tree = _parse(text)
+    if tree is None:
+        return None, {}, frozenset()
+    return tree, _definitions(tree), frozenset(_docstring_nodes(tree))
+
+
+def _docstring_nodes(tree: ast.Module) -> set[int]:
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if _is_docstring(first):
+                assert isinstance(first, ast.Expr)
+                ids.add(id(first.value))
+    return ids
+
+
+def _format_signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    first_default = len(positional) - len(args.defaults)
+    parts = []
+    for i, arg in enumerate(positional):
+        parts.append(arg.arg + ("=..." if i >= first_default else ""))
+        if args.posonlyargs and i == len(args.posonlyargs) - 1:
+            parts.append("/")
+    if args.vararg is not None:
+        parts.append("*" + args.vararg.arg)
+    elif args.kwonlyargs:
+        parts.append("*")
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+        parts.append(arg.arg + ("=..." if default is not None else ""))
+    if args.kwarg is not None:
+        parts.append("**" + args.kwarg.arg)
+    keyword = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
+    return f"{keyword} {node.name}({', '.join(parts)})"
+
+
+def _is_hollow(node: ast.AST) -> bool:
+    """A body that is (a docstring and) ``raise NotImplementedError`` only."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    body = _without_docstring(node.body)
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    exc = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+            and isinstance(statement.value.value, str))
+
+
+def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    return body[1:] if body and _is_docstring(body[0]) else body
+
+
+def _body_names(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Names the body uses that its bytecode keeps (co_names, co_varnames, nested code names)."""
+    names: set[str] = set()
+    for statement in _without_docstring(node.body):
+        for sub in ast.walk(statement):
+            if isinstance(sub, ast.Name):
+                names.add(sub.id)
+            elif isinstance(sub, ast.Attribute):
+                names.add(sub.attr)
+            elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(sub.name)
+            elif isinstance(sub, ast.arg):
+                names.add(sub.arg)
+            elif isinstance(sub, ast.alias):
+                names.add(sub.asname or sub.name.split(".")[0])
+            elif isinstance(sub, ast.ExceptHandler) and sub.name:
+                names.add(sub.name)
+    params = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+    params.update(a.arg for a in (node.args.vararg, node.args.kwarg) if a is not None)
+    return names - params - {"NotImplementedError"}
+
+
+def _plain_string(value: str) -> bool:
+    # Escapes differ between a literal in source and its value in bytecode; keep those that agree.
+    return "\\" not in value and all(ch >= " " or ch == "\t" for ch in value)
+
+
+def _file_loss(path: str, before: str, after: str | None, *, strategy: str, known: set[str]) -> _FileLoss:
+    removed = _removed_lines(before, after or "")
+    loss = _FileLoss(token_runs=_token_runs(before, removed))
+    if not path.endswith(_PYTHON_SUFFIXES):
+        return loss
+    tree_before, defs_before, _ = _analyzed(before)
+    if tree_before is None:
+        return loss
+    _, defs_after = _analyzed(after)[:2] if after is not None else (None, {})
+    module = _module_name(path, known)
+
+    for qualname, node in defs_before.items():
+        if qualname in defs_after:
+            after_node = defs_after[qualname]
+            if _is_hollow(after_node) and not _is_hollow(node):
+                assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                loss.bodies[qualname] = _body_names(node)
+            continue
+        name = qualname.rsplit(".", 1)[-1]
+        loss.names.append(name)
+        if module:
+            loss.dotted.append(f"{module}.{qualname}")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            loss.signatures.append(_format_signature(node))
+        if strategy != "body" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            docstring = ast.get_docstring(node, clean=True)
+            if docstring:
+                loss.docstrings.append(docstring)
+    if after is None and module and "." in module:
+        loss.dotted.append(module)
+        if strategy != "body":
+            docstring = ast.get_docstring(tree_before, clean=True)
+            if docstring:
+                loss.docstrings.append(docstring)
+    loss.constants.extend(value for line, value in _string_constants(before) if line in removed)
+    return loss
+
+
+@lru_cache(maxsize=64)
+def _string_constants(text: str) -> tuple[tuple[int, str], ...]:
+    """(line, value) of every string constant of ``text`` that is not a docstring, in walk order."""
+    tree, _, docstring_ids = _analyzed(text)
+    if tree is None:
+        return ()
+    return tuple(
+        (getattr(node, "lineno", 0), node.value) for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstring_ids
+    )
+
+
+@lru_cache(maxsize=4096)
+def _identifiers(text: str) -> frozenset[str]:
+    """The identifiers of a start-state text, once per text and process (the tasks of one
+    repository see nearly the same files)."""
+    return frozenset(_IDENTIFIER.findall(text))
+
+
+# ---------------------------------------------------------------------------------------------
+# What the start state shows
+# ---------------------------------------------------------------------------------------------
+
+
+class _StartState:
+    """The visible files, with the lookups the filters need (each computed once)."""
+
+    def __init__(self, visible: Mapping[str, str], candidate_words: set[str]) -> None:
+        self.files = visible
+        self.identifiers: set[str] = set()
+        self.document_frequency: dict[str, int] = {}
+        for text in visible.values():
+            words = _identifiers(text)
+            self.identifiers.update(words)
+            for word in words & candidate_words:
+                self.document_frequency[word] = self.document_frequency.get(word, 0) + 1
+
+    def contains(self, text: str) -> bool:
+        inner = _interior_words(text)
+        return any(text in content for content in self.files.values() if inner <= _runs(content))
+
+    def contains_collapsed(self, text: str) -> bool:
+        inner = _interior_words(text)  # collapsing whitespace leaves the words as they are
+        return any(text in _collapsed(content) for content in self.files.values() if inner <= _runs(content))
+
+
+_RUN = re.compile(r"[A-Za-z0-9_]+")
+
+
+@lru_cache(maxsize=4096)
+def _runs(text: str) -> frozenset[str]:
+    """The maximal runs of word characters of ``text``, once per text and process."""
+    return frozenset(_RUN.findall(text))
+
+
+def _interior_words(value: str) -> frozenset[str]:
+    """The runs of word characters of ``value`` with a non-word character on both sides inside
+    it: wherever ``value`` occurs, each of them is a whole run there too (a cheap test before a
+    substring search; the first and last may be parts of longer words)."""
+    return frozenset(m.group() for m in _RUN.finditer(value) if 0 < m.start() and m.end() < len(value))
+
+
+@lru_cache(maxsize=4096)
+def _collapsed(text: str) -> str:
+    return normalize_docstring(text)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Vocabulary:
+    """How common words and strings are in Python code at large, judged by the standard library."""
+
+    document_frequency: dict[str, int]
+    """identifier -> how many standard library modules use it."""
+    literals: str
+    """Every short string literal of the standard library and its tests, NUL-separated."""
+    modules: int
+    found_in: dict[str, list[int]] = field(default_factory=dict)
+    """identifier -> the modules that use it, for identifiers in at most :data:`_FOUND_IN_MAX`."""
+
+    def co_occur(self, words: Sequence[str]) -> bool:
+        """Whether some standard library module uses all of ``words``: then they make an idiom
+        (``textwrap`` with ``dedent``, ``chain`` with ``from_iterable``) that any package may hold,
+        however rare each word is. A word used too widely to be listed is taken to be in every
+        module that holds the others."""
+        listed: list[list[int]] = []
+        for word in words:
+            count = self.document_frequency.get(word, 0)
+            if count == 0:
+                return False
+            if count <= _FOUND_IN_MAX:
+                listed.append(self.found_in.get(word, []))
+        if not listed:
+            return True
+        listed.sort(key=len)
+        common = set(listed[0])
+        for other in listed[1:]:
+            common.intersection_update(other)
+            if not common:
+                return False
+        return bool(common)
+
+    def common_literal(self, value: str) -> bool:
+        """Whether ``value`` is (part of) a standard library literal, or one of its identifiers."""
+        if value in self.document_frequency:
+            return True
+        if len(value) > _LITERAL_CHARS or "\0" in value:
+            return False  # longer than any literal kept, or across two of them
+        return value in self.literals
+
+    def rate(self, word: str) -> float:
+        """The share of modules that hold ``word`` (smoothed: an unseen word is not impossible)."""
+        return (self.document_frequency.get(word, 0) + 1) / self.modules
+
+
+@lru_cache(maxsize=1)
+def _stdlib_vocabulary() -> _Vocabulary:
+    """The identifiers and short string literals of the standard library's sources, as a stand-in
+    for what any third-party package may hold. Literals come from its test suite too: hidden tests
+    assert on CPython's own error messages (``"invalid literal for int"``), which other packages'
+    tests quote as well. Reading the sources takes a second or so; the result is kept in the cache
+    folder, keyed by the interpreter and the standard library's location."""
+    from taskforge.paths import cache_root
+
+    root = sysconfig.get_paths()["stdlib"]
+    key = hashlib.sha256(f"{sys.version}\0{root}\0{_VOCABULARY_FORMAT}".encode()).hexdigest()[:16]
+    stored = cache_root() / "audit" / f"vocabulary-{key}.json"
+    try:
+        data = json.loads(stored.read_text(encoding="utf-8"))
+        return _Vocabulary(document_frequency=data["document_frequency"], literals=data["literals"],
+                           modules=data["modules"], found_in=data["found_in"])
+    except (OSError, ValueError, KeyError):
+        pass  # not stored yet (or damaged): read the sources
+    vocabulary = _read_stdlib_vocabulary(root)
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".vocabulary-", dir=stored.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump({"document_frequency": vocabulary.document_frequency, "literals": vocabulary.literals,
+                   "modules": vocabulary.modules, "found_in": vocabulary.found_in}, handle)
+    os.replace(tmp, stored)
+    return vocabulary
+
+
+_VOCABULARY_FORMAT = 2
+_LITERAL_CHARS = 80
+"""The longest standard library literal kept in the vocabulary."""
+_FOUND_IN_MAX = 64
+
+
+def _read_stdlib_vocabulary(root: str) -> _Vocabulary:
+    skip = {"site-packages", "dist-packages", "idlelib", "__pycache__"}
+    tests = {"test", "tests"}
+    frequency: dict[str, int] = {}
+    found_in: dict[str, list[int]] = {}
+    literals: set[str] = set()
+    literal = re.compile(rf"""'([^'\\\n]{{1,{_LITERAL_CHARS}}})'|"([^"\\\n]{{1,{_LITERAL_CHARS}}})\"""")
+    modules = 0
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [s for s in subfolders if s not in skip]
+        in_tests = not tests.isdisjoint(PurePosixPath(os.path.relpath(folder, root)).parts)
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as handle:
+                    text = handle.read()
+            except OSError:
+                continue
+            for single, double in literal.findall(text):
+                literals.add(single or double)
+            if in_tests:
+                continue  # word rarity is judged on library code only
+            modules += 1
+            for word in set(_IDENTIFIER.findall(text)):
+                frequency[word] = frequency.get(word, 0) + 1
+                found_in.setdefault(word, []).append(modules)
+    found_in = {word: ids for word, ids in found_in.items() if len(ids) <= _FOUND_IN_MAX}
+    return _Vocabulary(document_frequency=frequency, literals="\0".join(sorted(literals)), modules=max(modules, 1),
+                       found_in=found_in)
+
+
+_INTERFACES_FORMAT = 2
+_INTERFACE_FILE_BYTES = 1 << 20
+
+
+def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = ()) -> frozenset[str]:
+    """The signatures (``def name(a, b=...)``, as the fingerprint writes them) of every function
+    and method defined in the Python files of the wheels in ``wheelhouse`` (the environment's
+    dependencies, which the image installs): the interfaces a project may implement or override.
+
+    Files that lie under a folder or module named like one of ``own`` (the project's top-level
+    packages and modules) are left out: a dependency that vendors the project
+    (``setuptools/_vendor/more_itertools``) holds copies, not interfaces, and a copy in the image
+    must stay evidence. Read once per set of wheels and kept in the cache folder; an absent
+    wheelhouse (a task audited on another machine) gives none, which only makes the audit stricter."""
+    import zipfile
+
+    from taskforge.paths import cache_root
+
+    folder = os.fspath(wheelhouse)
+    try:
+        wheels = sorted(name for name in os.listdir(folder) if name.endswith(".whl"))
+    except OSError:
+        return frozenset()
+    own_names = sorted({PurePosixPath(name).stem for name in own})
+    key = hashlib.sha256("\0".join([str(_INTERFACES_FORMAT), *own_names, "", *wheels]).encode()).hexdigest()[:16]
+    stored = cache_root() / "audit" / f"interfaces-{key}.json"
+    try:
+        return frozenset(json.loads(stored.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        pass
+    signatures: set[str] = set()
+    for wheel in wheels:
+        try:
+            with zipfile.ZipFile(os.path.join(folder, wheel)) as archive:
+                for info in archive.infolist():
+                    parts = PurePosixPath(info.filename).parts
+                    if (not info.filename.endswith(_PYTHON_SUFFIXES) or info.file_size > _INTERFACE_FILE_BYTES
+                            or any(PurePosixPath(part).stem in own_names for part in parts)):
+                        continue
+                    tree = _parse(archive.read(info).decode("utf-8", "replace"))
+                    if tree is not None:
+                        signatures.update(_format_signature(node) for node in ast.walk(tree)
+                                          if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        except (OSError, zipfile.BadZipFile):
+            continue  # an unreadable wheel would not install either
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".interfaces-", dir=stored.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(sorted(signatures), handle)
+    os.replace(tmp, stored)
+    return frozenset(signatures)
+
+
+def task_interfaces(task: Any) -> frozenset[str]:
+    """:func:`interface_names` of a task row's environment (its ``environment`` JSON)."""
+    env = json.loads(task.environment)
+    return interface_names(env["wheelhouse"], own=env.get("package_paths", ()))
+
+
+def _cut_docstring(docstring: str) -> str:
+    text = normalize_docstring(docstring)
+    if len(text) <= DOCSTRING_CHARS:
+        return text
+    return text[:DOCSTRING_CHARS].rsplit(" ", 1)[0]
+
+
+@lru_cache(maxsize=1 << 16)
+def _token_words(token: str) -> tuple[str, ...]:
+    return tuple(token_words(token))
+
+
+def _ngram_anchor(words: set[str], vocabulary: _Vocabulary, state: _StartState) -> tuple[str, ...] | None:
+    """Every word of an n-gram, rarest first, if the rarest is the project's own name, or if files
+    holding its :data:`ANCHOR_WORDS` rarest are rare enough (:data:`MAX_ANCHOR_RATE`, as if the
+    words were independent) and no standard library module holds them all (they are not an
+    idiom); None for an n-gram of common words or idioms only."""
+    ranked = tuple(sorted(words, key=lambda w: (vocabulary.rate(w), state.document_frequency.get(w, 0), -len(w), w)))
+    rate = 1.0
+    for word in ranked[:ANCHOR_WORDS]:
+        rate *= vocabulary.rate(word)
+    if ranked and (_own_name(ranked[0], vocabulary)
+                   or (rate <= MAX_ANCHOR_RATE and not vocabulary.co_occur(ranked[:ANCHOR_WORDS]))):
+        # All of the n-gram's words: a unit lacking any of them cannot hold it, and the audit
+        # tokenizes only units that hold every word of some anchor.
+        return ranked
+    return None
+
+
+def _own_name(word: str, vocabulary: _Vocabulary) -> bool:
+    """A project's own identifier (``_merge_continuations``): long, several words, never used in
+    the standard library. It anchors an n-gram on its own."""
+    return word not in vocabulary.document_frequency and is_distinctive(word)
+
+
+def _test_still_visible(node_id: str, visible: Mapping[str, str]) -> bool:
+    path, _, rest = node_id.split("[", 1)[0].partition("::")
+    function = rest.rsplit("::", 1)[-1]
+    text = visible.get(path)
+    return bool(function) and text is not None and re.search(rf"\bdef\s+{re.escape(function)}\b", text) is not None
+
+
+def _visible_code(visible: Mapping[str, str], words: set[str]) -> Iterable[CodeType]:
+    """Bytecode of the start state's Python files that hold a fingerprint word (the audit will
+    see their ``.pyc``)."""
+    for path, text in visible.items():
+        if not path.endswith(".py") or words.isdisjoint(_identifiers(text)):
+            continue
+        code = _compiled(path, text)
+        if code is not None:
+            yield code
+
+
+@lru_cache(maxsize=4096)
+def _compiled(path: str, text: str) -> CodeType | None:
+    """A start-state file's bytecode; the tasks of one repository share most files, so each is
+    compiled once per process."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compile(text, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def build_fingerprint(
+    *,
+    before: Mapping[str, str],
+    after: Mapping[str, str | None],
+    visible: Mapping[str, str],
+    strategy: str,
+    test_ids: Sequence[str] = (),
+    n: int = DEFAULT_NGRAM,
+    interfaces: frozenset[str] = frozenset(),
+) -> Fingerprint:
+    """The fingerprint of what the task removed.
+
+    ``before``: repository path -> original text of every file the task changed (source and hidden
+    tests). ``after``: the same paths -> start-state text, None for a deleted file (a missing path
+    counts as deleted). ``visible``: every text file of the clean start state. ``strategy``: the
+    removal strategy (``body``, ``symbol``, ``module``). ``test_ids``: the hidden FAIL_TO_PASS ids.
+    ``interfaces``: signatures the environment's dependencies define (:func:`interface_names`).
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if n < MIN_NGRAM:
+        raise ValueError(f"n must be at least {MIN_NGRAM}, got {n}")
+    known = set(before) | set(visible)
+    losses = [
+        _file_loss(path, before[path], after.get(path), strategy=strategy, known=known)
+        for path in sorted(before)
+        if before[path] != after.get(path)
+    ]
+
+    # Candidate n-grams with the words that could anchor each.
+    windows: dict[int, set[str]] = {}
+    for loss in losses:
+        for run in loss.token_runs:
+            per_token = [_token_words(token) for token in run]
+            for start, h in enumerate(ngram_hashes(run, n)):
+                windows.setdefault(h, set()).update(*per_token[start:start + n])
+    candidate_words = {w for words in windows.values() for w in words}
+    state = _StartState(visible, candidate_words)
+    vocabulary = _stdlib_vocabulary()
+    common_identifiers = vocabulary.document_frequency
+
+    ngrams: dict[int, tuple[str, ...]] = {}
+    for h, words in windows.items():
+        anchor = _ngram_anchor(words, vocabulary, state)
+        if anchor is not None:
+            ngrams[h] = anchor
+
+    names: set[str] = set()
+    dotted: set[str] = set()
+    signatures: set[str] = set()
+    constants: set[str] = set()
+    docstrings: set[str] = set()
+    bodies: dict[str, set[str]] = {}
+    # A removed function whose signature a dependency also defines implements or overrides it:
+    # neither its signature nor its bare name is evidence (its body's n-grams still are).
+    implemented = {parsed[0] for loss in losses for s in loss.signatures
+                   if s in interfaces and (parsed := parse_signature(s)) is not None}
+    for loss in losses:
+        for name in loss.names:
+            if (len(name) >= MIN_WORD and name not in state.identifiers and name not in common_identifiers
+                    and name not in implemented):
+                names.add(name)
+        for name in loss.dotted:
+            path_form = "/".join(name.split(".")) + ".py"
+            if anchor_word(name) and not state.contains(name) and not state.contains(path_form):
+                dotted.add(name)
+        for signature in loss.signatures:
+            parsed = parse_signature(signature)
+            if (parsed is not None and parsed[0] not in common_identifiers and signature not in interfaces
+                    and anchor_word(signature)):
+                signatures.add(signature)
+        for value in loss.constants:
+            text = value.strip()
+            if (len(text) >= MIN_CONSTANT and _plain_string(value) and anchor_word(value)
+                    and not vocabulary.common_literal(value) and not state.contains(value)):
+                constants.add(value)
+        for docstring in loss.docstrings:
+            text = _cut_docstring(docstring)
+            if (len(text) >= MIN_DOCSTRING and len(text.split()) >= 4 and anchor_word(text)
+                    and not state.contains_collapsed(text)):
+                docstrings.add(text)
+        for qualname, used in loss.bodies.items():
+            if len(used) >= MIN_BODY_NAMES:
+                bodies[qualname] = used
+    tests = sorted(
+        t for t in set(test_ids)
+        if not _test_still_visible(t, visible) and anchor_word(test_id_patterns(t)[0].rsplit("::", 1)[-1])
+    )
+
+    fingerprint = Fingerprint(
+        n=n,
+        ngrams=sorted(ngrams),
+        anchors=sorted(map(list, set(ngrams.values()))),
+        signatures=sorted(signatures),
+        names=sorted(names | dotted),
+        constants=sorted(constants),
+        docstrings=sorted(docstrings),
+        test_ids=tests,
+        bodies={q: sorted(used) for q, used in sorted(bodies.items())},
+    )
+    return _without_visible(fingerprint, visible, ngrams)
+
+
+def _without_visible(
+    fingerprint: Fingerprint, visible: Mapping[str, str], anchors: Mapping[int, tuple[str, ...]]
+) -> Fingerprint:
+    """Drop every item the audit's own matchers find in the start state (see the module doc)."""
+    words = {w for anchor in fingerprint.anchors for w in anchor}
+    words.update(w for item in (*fingerprint.names, *fingerprint.signatures, *fingerprint.constants)
+                 if (w := anchor_word(item)) is not None)
+    words.update(q.rsplit(".", 1)[-1] for q in fingerprint.bodies)
+    found = residual_evidence(fingerprint.to_json(), visible.values(), _visible_code(visible, words))
+    gone_paths = found.get("path", set())
+    gone_names = found.get("name", set())
+    ngrams = [h for h in fingerprint.ngrams if h not in found.get("ngram", set())]
+    return Fingerprint(
+        n=fingerprint.n,
+        ngrams=ngrams,
+        anchors=sorted(map(list, {anchors[h] for h in ngrams})),
+        signatures=[s for s in fingerprint.signatures if s not in found.get("signature", set())],
+        names=[
+            name for name in fingerprint.names
+            if name not in gone_names and "/".join(name.split(".")) + ".py" not in gone_paths
+        ],
+        constants=[c for c in fingerprint.constants if c not in found.get("constant", set())],
+        docstrings=[d for d in fingerprint.docstrings if d not in found.get("docstring", set())],
+        test_ids=[t for t in fingerprint.test_ids if t not in found.get("test_id", set())],
+        bodies={q: ns for q, ns in fingerprint.bodies.items() if q not in found.get("body", set())},
+    )

@@ -1,0 +1,162 @@
+"""The leak audit of a task: fingerprint the removed code, search what an agent can read.
+
+An agent's sandbox holds two things: the task's start state at /workspace (its files and its
+fresh ``.git``), and the environment image (site-packages under /opt, home folders, /tmp). The
+start state is written on the host, byte for byte what goes into the sandbox, so it is scanned
+there (:func:`audit_start_state`). The image is the same for every task of a repository, so one
+scan inside a sandbox of the image serves all of them at once (:func:`scan_image`); the
+fingerprints go in on stdin and never touch the sandbox's disk.
+
+The scanner itself is ``taskforge/guest/scanner.py`` (stdlib only, so the sandbox's Python runs it),
+and the fingerprint is built by :mod:`taskforge.mining.audit.fingerprint`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from taskforge import guest
+from taskforge.guest import scanner
+from taskforge.errors import TaskforgeError
+from taskforge.mining.audit.fingerprint import Fingerprint, build_fingerprint
+from taskforge.sandbox import Sandbox
+from taskforge.repo.startstate import is_scrubbed, tracked_texts
+
+__all__ = ["IMAGE_ROOTS", "WORKSPACE", "AuditResult", "audit_start_state", "audit_task_state", "scan_image"]
+
+WORKSPACE = "/workspace"
+IMAGE_ROOTS = ("/opt", "/home", "/tmp", "/var/tmp", "/usr/local", "/srv", "/root")
+"""What of the environment image an agent can read and a copy could hide in (the venv is /opt/venv)."""
+_SCANNER_DIR = "/tmp/taskforge-audit"
+_SCANNER = guest.source_path("scanner")
+_FILE_LIST = "<the start state's file names>"
+
+
+@dataclass(kw_only=True, slots=True)
+class AuditResult:
+    """One task's audit, as stored in the task row's ``audit`` column (JSON)."""
+
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    """Each names its file (sandbox path; ``!`` walks into an archive or git pack), its channel
+    (``kind``) and what matched."""
+    fingerprint: dict[str, int] = field(default_factory=dict)
+    """How many items of each kind were searched for."""
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    """Host time of this task's audit: fingerprint, start-state scan, its share of the image scan."""
+    image_scanned: bool = False
+
+    @property
+    def clean(self) -> bool:
+        return not self.findings
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"clean": self.clean, "findings": self.findings, "fingerprint": self.fingerprint, "files": self.files,
+             "bytes": self.bytes, "seconds": round(self.seconds, 3), "image_scanned": self.image_scanned},
+            sort_keys=True,
+        )
+
+
+def _counts(fingerprint: Fingerprint) -> dict[str, int]:
+    return {
+        "ngrams": len(fingerprint.ngrams), "signatures": len(fingerprint.signatures), "names": len(fingerprint.names),
+        "constants": len(fingerprint.constants), "docstrings": len(fingerprint.docstrings),
+        "test_ids": len(fingerprint.test_ids), "bodies": len(fingerprint.bodies),
+    }
+
+
+def _brief(finding: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: finding[key] for key in ("path", "kind", "match", "detail") if key in finding}
+
+
+def audit_start_state(
+    *,
+    start_dir: Path,
+    before: Mapping[str, str],
+    after: Mapping[str, str | None],
+    visible: Mapping[str, str],
+    strategy: str,
+    test_ids: Sequence[str],
+    interfaces: frozenset[str] = frozenset(),
+) -> tuple[Fingerprint, AuditResult]:
+    """Fingerprint what the task removed and scan its start state (``start_dir``, .git included).
+
+    ``before``/``after``: the changed files' original and start-state texts; ``visible``: every
+    text file of the start state (what the fingerprint must not contain); ``interfaces``: names
+    the environment's dependencies define (``taskforge.mining.audit.fingerprint.interface_names``).
+    """
+    started = time.monotonic()
+    fingerprint = build_fingerprint(before=before, after=after, visible=visible, strategy=strategy, test_ids=test_ids,
+                                    interfaces=interfaces)
+    # The start state's texts were checked already (the fingerprint holds nothing found in them):
+    # only what else lies there is read, git's objects and any file that is not plain text.
+    clean = [text.encode("utf-8") for path, text in visible.items() if path != _FILE_LIST]
+    reply = scanner.scan({"fingerprints": {"task": fingerprint.to_json()}, "roots": [str(start_dir)],
+                             "clean_texts": clean})
+    prefix = str(start_dir)
+    findings = [
+        {**_brief(f), "path": WORKSPACE + str(f["path"]).removeprefix(prefix)} for f in reply["findings"]["task"]
+    ]
+    result = AuditResult(findings=findings, fingerprint=_counts(fingerprint), files=reply["files"],
+                         bytes=reply["bytes"], seconds=time.monotonic() - started)
+    return fingerprint, result
+
+
+def audit_task_state(
+    *, source_dir: Path, start_dir: Path, start_changes: Mapping[str, str | None], strategy: str, test_ids: Sequence[str],
+    interfaces: frozenset[str] = frozenset(),
+) -> tuple[Fingerprint, AuditResult]:
+    """:func:`audit_start_state` for a start state written from ``source_dir`` with ``start_changes``."""
+    changed = [p for p in start_changes if not is_scrubbed(p)]
+    files = sorted(p.relative_to(start_dir).as_posix() for p in start_dir.rglob("*") if p.is_file())
+    visible = tracked_texts(start_dir, (f for f in files if not f.startswith(".git/")))
+    # The names of the files are visible too (and git's index lists them): a removed constant
+    # such as "/data/sample.txt" that names a file still there is no evidence of a copy.
+    visible[_FILE_LIST] = "\n".join(f for f in files if not f.startswith(".git/"))
+    return audit_start_state(
+        start_dir=start_dir,
+        before=tracked_texts(source_dir, changed),
+        after={p: start_changes[p] for p in changed},
+        visible=visible,
+        strategy=strategy,
+        test_ids=test_ids,
+        interfaces=interfaces,
+    )
+
+
+def scan_image(
+    fingerprints: Mapping[str, Fingerprint], *, sandbox: Sandbox, roots: Sequence[str] = IMAGE_ROOTS,
+    timeout_s: float = 600.0,
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """Scan ``roots`` of a sandbox of the environment image for every fingerprint at once.
+
+    The image's folders are read-only in every sandbox, so any sandbox of the image shows the same
+    files there: a fresh one, or a repository's warm one (whose /tmp holds taskforge's own tools
+    and is left out). Returns findings per fingerprint key, and the scan's totals (files, bytes,
+    seconds). A scan that fails or answers nothing raises: an audit that did not run is not clean.
+    """
+    if not fingerprints:
+        return {}, {"files": 0, "bytes": 0, "seconds": 0.0}
+    request = {
+        "fingerprints": {key: fp.to_json() for key, fp in fingerprints.items()},
+        "roots": list(roots),
+        "exclude": [_SCANNER_DIR],
+    }
+    sandbox.put_files({"taskforge-audit/audit_scan.py": _SCANNER.read_bytes()}, "/tmp")
+    result = sandbox.exec(["python", f"{_SCANNER_DIR}/audit_scan.py", "-"], timeout_s=timeout_s, workdir="/tmp",
+                          stdin=json.dumps(request).encode())
+    if result.exit_code != 0 or result.timed_out or result.limit_hit is not None:
+        raise TaskforgeError(f"the image audit failed ({result.exit_code}): {result.text()[-300:]}", reason="audit_failed")
+    try:
+        reply = json.loads(result.stdout)
+    except json.JSONDecodeError as err:
+        raise TaskforgeError(f"the image audit gave no report: {err}", reason="audit_failed") from err
+    findings = {key: [_brief(f) for f in reply["findings"].get(key, [])] for key in fingerprints}
+    return findings, {"files": reply["files"], "bytes": reply["bytes"], "seconds": reply["seconds"]}

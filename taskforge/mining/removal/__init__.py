@@ -1,0 +1,1 @@
+"""Removal agents: the deterministic libcst one (cst) and the LLM one (llm_agent)."""

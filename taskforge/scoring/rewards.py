@@ -1,0 +1,155 @@
+"""Reward results, the reward arithmetic and SWE-bench prediction files: what a trainer or a
+rollout worker needs without the scorer (``taskforge.scoring.client`` imports only this).
+
+Reward (../shared/ARCHITECTURE.md): ``binary`` is 1.0 when every FAIL_TO_PASS and PASS_TO_PASS test
+passes, else 0.0; ``partial`` is the passing fraction of FAIL_TO_PASS while every PASS_TO_PASS
+test passes, else 0.0. Only ``passed`` counts as passing. Any status but ``ok`` scores 0.0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "MODES",
+    "SCORER_VERSION",
+    "RewardMode",
+    "RewardResult",
+    "RewardStatus",
+    "compute_reward",
+    "load_predictions",
+]
+
+SCORER_VERSION = "2"
+"""Version of the scoring rules; bumped whenever a rule changes what a candidate scores."""
+
+RewardStatus = Literal["ok", "timeout", "patch_failed", "tampered", "infra_error"]
+RewardMode = Literal["binary", "partial"]
+MODES: tuple[RewardMode, ...] = ("binary", "partial")
+
+
+
+def compute_reward(fail_to_pass: Mapping[str, str], pass_to_pass: Mapping[str, str], mode: RewardMode) -> float:
+    """The reward from each expected test's outcome; only ``passed`` counts as passing."""
+    if mode not in MODES:
+        raise ValueError(f"unknown reward mode {mode!r}; known: {', '.join(MODES)}")
+    if any(outcome != "passed" for outcome in pass_to_pass.values()):
+        return 0.0
+    passed = sum(outcome == "passed" for outcome in fail_to_pass.values())
+    if mode == "binary":
+        return 1.0 if passed == len(fail_to_pass) else 0.0
+    return passed / len(fail_to_pass) if fail_to_pass else 1.0
+
+
+@dataclass(kw_only=True, slots=True)
+class RewardResult:
+    """What scoring one candidate gave."""
+
+    instance_id: str
+    candidate_id: str
+    reward: float
+    mode: RewardMode
+    status: RewardStatus
+    fail_to_pass: dict[str, str] = field(default_factory=dict)
+    """FAIL_TO_PASS id → outcome: passed, failed, error, skipped, xfailed, xpassed, missing,
+    timeout, or not_run (the tests did not run: a failed patch, tampering found before the run)."""
+    pass_to_pass: dict[str, str] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+    """The candidate's changes the scorer did not take, each with why."""
+    tampering: list[str] = field(default_factory=list)
+    """What the tamper checks found; not empty exactly when the status is ``tampered``."""
+    detail: str = ""
+    """One line on a status other than ok, or on a contradiction in the run."""
+    apply_s: float = 0.0
+    test_s: float = 0.0
+    duration_s: float = 0.0
+    image_name: str = ""
+    patch: str = ""
+    scored_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def outcomes(self) -> dict[str, str]:
+        return {**self.fail_to_pass, **self.pass_to_pass}
+
+    @property
+    def tampered(self) -> bool:
+        return self.status == "tampered"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["scored_at"] = self.scored_at.isoformat()
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RewardResult:
+        values = dict(data)
+        values["scored_at"] = datetime.fromisoformat(values["scored_at"])
+        return cls(**values)
+
+    def to_row(self) -> dict[str, Any]:
+        """A row of the reward schema (``taskforge.datasets.REWARDS``)."""
+        from taskforge import __version__
+
+        return {
+            "instance_id": self.instance_id,
+            "candidate_id": self.candidate_id,
+            "patch_sha256": hashlib.sha256(self.patch.encode()).hexdigest(),
+            "patch": self.patch,
+            "reward": self.reward,
+            "mode": self.mode,
+            "status": self.status,
+            "FAIL_TO_PASS_passed": [t for t, o in self.fail_to_pass.items() if o == "passed"],
+            "FAIL_TO_PASS_failed": [t for t, o in self.fail_to_pass.items() if o != "passed"],
+            "PASS_TO_PASS_passed": [t for t, o in self.pass_to_pass.items() if o == "passed"],
+            "PASS_TO_PASS_failed": [t for t, o in self.pass_to_pass.items() if o != "passed"],
+            "outcomes": json.dumps(self.outcomes),
+            "tampered": self.tampered,
+            "tampering": list(self.tampering),
+            "dropped": list(self.dropped),
+            "detail": self.detail,
+            "apply_s": round(self.apply_s, 4),
+            "test_s": round(self.test_s, 4),
+            "total_s": round(self.duration_s, 4),
+            "image_name": self.image_name,
+            "scorer_version": SCORER_VERSION,
+            "taskforge_version": __version__,
+            "scored_at": self.scored_at,
+        }
+
+
+def load_predictions(path: Path) -> list[dict[str, str]]:
+    """SWE-bench predictions (JSONL, or a JSON list): ``instance_id``, ``model_patch``,
+    ``model_name_or_path``. A line that is not such an object raises, naming the line."""
+    text = path.read_text(encoding="utf-8")
+    numbered: Sequence[tuple[int, Any]]
+    if text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+        numbered = list(enumerate(rows, 1))
+    else:
+        numbered = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                numbered.append((number, json.loads(line)))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+    predictions = []
+    for number, row in numbered:
+        if not isinstance(row, dict) or not isinstance(row.get("instance_id"), str):
+            raise ValueError(f"{path}:{number}: not a prediction (an object with instance_id and model_patch)")
+        patch = row.get("model_patch") or ""
+        if not isinstance(patch, str):
+            raise ValueError(f"{path}:{number}: model_patch is not a string")
+        predictions.append({"instance_id": row["instance_id"], "model_patch": patch,
+                            "model_name_or_path": str(row.get("model_name_or_path") or "")})
+    return predictions

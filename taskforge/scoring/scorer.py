@@ -1,0 +1,496 @@
+"""Tamper-resistant, test-based rewards: score a candidate patch against a task.
+
+    with Scorer(backend=open_backend("docker")) as scorer:
+        result = scorer.score(task, patch)            # RewardResult
+        results = scorer.score_many([(task, patch, "rollout-7"), ...])
+
+One scoring, in order:
+
+1. The task's start state is rebuilt from its row (``validate.rebuild_start_state``; cached per task).
+2. The candidate patch is applied to it with ``git apply`` on the host. Each changed path is sorted
+   by ``taskforge.scoring.tamper.classify_change``: changes to tests, ``conftest.py``, pytest configuration,
+   ``.pth``/``sitecustomize`` start-up hooks, installed metadata, compiled code and symlinks are
+   dropped and recorded, and the ones that can only be tampering make the candidate score 0 with
+   status ``tampered``. The Python the candidate writes is linted against the gold version of the
+   same file (``taskforge.scoring.tamper.lint_python``): harness imports, exits at import, always-equal
+   objects, forged reports and network fetches are tampering too.
+3. The hidden tests (``test_patch``) are put back over the trusted test files.
+4. A pre-started container of the task's environment image (a fresh one per scoring, from a pool)
+   gets the state, and runs FAIL_TO_PASS and PASS_TO_PASS only: ``python -P`` (the workspace never
+   shadows the harness), plugin autoloading off (only the image's own pytest plugins, named with
+   ``-p``), the report written to /tmp/taskforge, outside the workspace, with a nonce new to this
+   run, and the guard plugin (``taskforge.guest.guard``) watching pytest's reporting machinery.
+5. Every expected test must be reported ``passed``; a missing, skipped, xfailed, errored or
+   timed-out test counts as failed. The report must carry the run's nonce and the guard's mark, and
+   pytest's exit code must agree with it (0 exactly when every selected test passed).
+
+Reward (../shared/ARCHITECTURE.md): ``binary`` is 1.0 when every FAIL_TO_PASS and PASS_TO_PASS test
+passes, else 0.0; ``partial`` is the passing fraction of FAIL_TO_PASS while every PASS_TO_PASS
+test passes, else 0.0. Any status but ``ok`` scores 0.0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Self
+
+from taskforge import guest
+from taskforge.repo.environment import Environment
+from taskforge.errors import SandboxError, TaskforgeError, TestRunError
+from taskforge.task import Task
+from taskforge.repo.patches import StateTrees, apply_patch
+from taskforge.scoring.rewards import (
+    MODES,
+    SCORER_VERSION,
+    RewardMode,
+    RewardResult,
+    RewardStatus,
+    compute_reward,
+    load_predictions,
+)
+from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
+from taskforge.repo.sources import Snapshot
+from taskforge.scoring.tamper import (
+    TestPaths,
+    classify_change,
+    lint_python,
+    lint_text,
+    new_findings,
+)
+from taskforge.repo.testfiles import TestLayout
+from taskforge.repo.suite import RunResult, SuiteRunner
+from taskforge.mining.revalidate import rebuild_start_state
+
+__all__ = [
+    "MODES",
+    "SCORER_VERSION",
+    "ContainerPool",
+    "RewardMode",
+    "RewardResult",
+    "RewardStatus",
+    "Scorer",
+    "compute_reward",
+    "load_predictions",
+]
+
+GUARD_MODULE = "taskforge_pytest_guard"
+_GUARD_SOURCE = guest.source_path("guard")
+_GUARD_PROPERTY = "taskforge.guard"
+_TAMPERED_PROPERTY = "taskforge.tampered"
+_MAX_PATCH_BYTES = 8 * 1024 * 1024
+_PLUGINS_SCRIPT = (
+    "import importlib.metadata as m, json; "
+    "print(json.dumps(sorted({ep.module for ep in m.entry_points(group='pytest11')})))"
+)
+
+
+class ContainerPool:
+    """Pre-started sandboxes, each handed out once and then destroyed by its user.
+
+    ``acquire(image)`` returns a started container of ``image``: a ready one when there is one,
+    else one started on the spot. Each acquire refills the pool in the background to ``size``
+    ready containers of the image last asked for; ready containers of other images are closed.
+    """
+
+    def __init__(self, backend: SandboxBackend, *, limits: SandboxLimits, size: int,
+                 labels: Mapping[str, str] | None = None) -> None:
+        if size < 0:
+            raise ValueError(f"pool size must be at least 0, got {size}")
+        self.backend = backend
+        self.limits = limits
+        self.size = size
+        self.labels = {"taskforge.role": "score", **(labels or {})}
+        self._ready: dict[str, queue.SimpleQueue[Sandbox]] = {}
+        self._lock = threading.Lock()
+        self._pending: dict[str, int] = {}
+        self._filler = ThreadPoolExecutor(max_workers=max(1, min(size, 4)), thread_name_prefix="taskforge-pool")
+        self._closed = False
+        self.started = 0
+        self.hits = 0
+
+    def _start(self, image: str) -> Sandbox:
+        box = self.backend.start(image, limits=self.limits, labels=self.labels)
+        with self._lock:
+            self.started += 1
+        return box
+
+    def _fill_one(self, image: str) -> None:
+        try:
+            box = self._start(image)
+        except TaskforgeError:
+            return  # acquire starts its own and reports the error
+        finally:
+            with self._lock:
+                self._pending[image] -= 1
+        with self._lock:
+            if not self._closed and image in self._ready:
+                self._ready[image].put(box)
+                return
+        box.close()
+
+    def _refill(self, image: str) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            for other in [i for i in self._ready if i != image]:
+                stale = self._ready.pop(other)
+                while not stale.empty():
+                    stale.get().close()
+            ready = self._ready.setdefault(image, queue.SimpleQueue())
+            missing = self.size - ready.qsize() - self._pending.get(image, 0)
+            self._pending[image] = self._pending.get(image, 0) + max(0, missing)
+        for _ in range(max(0, missing)):
+            self._filler.submit(self._fill_one, image)
+
+    def warm(self, image: str) -> None:
+        """Start filling the pool with containers of ``image`` now."""
+        self._refill(image)
+
+    def acquire(self, image: str) -> Sandbox:
+        box: Sandbox | None = None
+        with self._lock:
+            ready = self._ready.get(image)
+            while ready is not None and not ready.empty():
+                candidate = ready.get()
+                if candidate.alive:
+                    box = candidate
+                    self.hits += 1
+                    break
+                candidate.close()
+        self._refill(image)
+        return box if box is not None else self._start(image)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            queues = list(self._ready.values())
+            self._ready.clear()
+        self._filler.shutdown(wait=True)
+        for ready in queues:
+            while not ready.empty():
+                ready.get().close()
+
+
+@dataclass(kw_only=True, slots=True)
+class _TaskState:
+    start: Snapshot
+    env: Environment
+    tests: TestPaths
+    gold: dict[str, str | None]
+    """Start state → gold, as changes (the lint's reference for each file)."""
+    hidden: dict[str, str | None]
+    """Start state → start state + test_patch, as changes (the trusted tests put back)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class _Prepared:
+    changes: dict[str, bytes | None]
+    """The state to run: the candidate's kept changes and the hidden tests."""
+    kept: list[str]
+    dropped: list[str]
+    tampering: list[str]
+
+
+class _PatchFailed(Exception):
+    pass
+
+
+class Scorer:
+    """Scores candidate patches against tasks (see the module docstring).
+
+    ``concurrency`` bounds how many scorings run at once (each in its own container; ``score``
+    blocks for a slot); ``prestart`` is how many containers the pool keeps started ahead
+    (default: ``concurrency``); ``timeout_s`` bounds one test run.
+    """
+
+    def __init__(
+        self,
+        *,
+        backend: SandboxBackend,
+        limits: SandboxLimits | None = None,
+        timeout_s: float = 600.0,
+        concurrency: int = 1,
+        prestart: int | None = None,
+        mode: RewardMode = "binary",
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """``labels`` go on every container the scorer starts (besides ``taskforge.role=score``)."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if mode not in MODES:
+            raise ValueError(f"unknown reward mode {mode!r}; known: {', '.join(MODES)}")
+        self.backend = backend
+        self.limits = limits or SandboxLimits.load()
+        self.timeout_s = timeout_s
+        self.concurrency = concurrency
+        self.mode: RewardMode = mode
+        self.pool = ContainerPool(backend, limits=self.limits, size=concurrency if prestart is None else prestart,
+                                  labels=labels)
+        self._slots = threading.BoundedSemaphore(concurrency)
+        self._work = tempfile.TemporaryDirectory(prefix="taskforge-score-")
+        self._states: dict[str, _TaskState] = {}
+        self._state_locks: dict[str, threading.Lock] = {}
+        self._plugins: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.pool.close()
+        self._work.cleanup()
+
+    # -- the public calls --------------------------------------------------------------------------
+
+    def warm(self, task: Task) -> None:
+        """Rebuild ``task``'s start state and start filling the pool with its image, ahead of time."""
+        self._state(task)
+        self.pool.warm(task.image_name)
+
+    def score(self, task: Task, patch: str, *, candidate_id: str = "", mode: RewardMode | None = None,
+              tests: Literal["all", "fail_to_pass"] = "all") -> RewardResult:
+        """Score one candidate ``patch`` (a unified diff against the start state) for ``task``.
+
+        ``tests="fail_to_pass"`` runs FAIL_TO_PASS alone: the quick way to show that a patch earns
+        nothing, since any of them failing makes the binary reward 0 whatever PASS_TO_PASS do.
+        PASS_TO_PASS are then ``not_run``, so the reward is 0; read ``fail_to_pass`` for the answer.
+        """
+        if tests not in ("all", "fail_to_pass"):
+            raise ValueError(f"tests must be all or fail_to_pass, got {tests!r}")
+        mode = mode or self.mode
+        if mode not in MODES:
+            raise ValueError(f"unknown reward mode {mode!r}; known: {', '.join(MODES)}")
+        started = time.monotonic()
+        result = RewardResult(instance_id=task.instance_id, candidate_id=candidate_id, reward=0.0, mode=mode,
+                              status="ok", image_name=task.image_name, patch=patch,
+                              fail_to_pass=dict.fromkeys(task.FAIL_TO_PASS, "not_run"),
+                              pass_to_pass=dict.fromkeys(task.PASS_TO_PASS, "not_run"))
+        with self._slots:
+            try:
+                self._score(task, patch, result, tests)
+            except TaskforgeError as err:
+                result.status, result.detail = "infra_error", f"{err} [{err.reason}]"
+            except Exception as err:  # the per-candidate boundary: one scoring's failure must not end a batch
+                result.status, result.detail = "infra_error", f"{type(err).__name__}: {err}"[:500]
+        if result.status != "ok":
+            result.reward = 0.0
+        result.duration_s = time.monotonic() - started
+        return result
+
+    def score_many(
+        self,
+        items: Iterable[tuple[Task, str] | tuple[Task, str, str]],
+        *,
+        mode: RewardMode | None = None,
+        on_result: Callable[[RewardResult], None] | None = None,
+    ) -> list[RewardResult]:
+        """Score many ``(task, patch[, candidate_id])`` at up to ``concurrency`` at once; results
+        come back in the order given (``on_result`` sees each as it finishes)."""
+        work = [(item[0], item[1], item[2] if len(item) > 2 else "") for item in items]  # type: ignore[misc]
+
+        def one(entry: tuple[Task, str, str]) -> RewardResult:
+            result = self.score(entry[0], entry[1], candidate_id=entry[2], mode=mode)
+            if on_result is not None:
+                on_result(result)
+            return result
+
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="taskforge-score") as pool:
+            return list(pool.map(one, work))
+
+    # -- one scoring --------------------------------------------------------------------------------
+
+    def _score(self, task: Task, patch: str, result: RewardResult, tests: str) -> None:
+        applying = time.monotonic()
+        state = self._state(task)
+        try:
+            prepared = self._prepare(task, state, patch)
+        except _PatchFailed as err:
+            result.status, result.detail = "patch_failed", str(err)
+            return
+        finally:
+            result.apply_s = time.monotonic() - applying
+        result.dropped, result.tampering = prepared.dropped, prepared.tampering
+        if prepared.tampering:
+            result.status, result.detail = "tampered", prepared.tampering[0]
+            return
+        testing = time.monotonic()
+        try:
+            run = self._run(task, state, prepared, [*task.FAIL_TO_PASS, *(task.PASS_TO_PASS if tests == "all" else ())])
+        except TestRunError as err:  # the report does not carry this run's nonce
+            result.status, result.detail = "tampered", f"{err}"
+            result.tampering.append(f"report: {err}")
+            return
+        except SandboxError as err:
+            result.status, result.detail = "infra_error", f"{err} [{err.reason}]"
+            return
+        finally:
+            result.test_s = time.monotonic() - testing
+        self._judge(task, run, result, tests)
+
+    def _state(self, task: Task) -> _TaskState:
+        key = f"{task.instance_id}@{task.base_commit}"
+        with self._lock:
+            if key in self._states:
+                return self._states[key]
+            lock = self._state_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._states:
+                dest = Path(self._work.name) / hashlib.sha256(key.encode()).hexdigest()[:16]
+                start = rebuild_start_state(task, dest)
+                hidden = apply_patch(start.path, {}, task.test_patch)
+                state = _TaskState(
+                    start=start,
+                    env=Environment.from_json(json.loads(task.environment)),
+                    tests=TestPaths.of([*task.FAIL_TO_PASS, *task.PASS_TO_PASS], hidden,
+                                       layout=TestLayout.from_json(json.loads(task.validation).get("test_layout") or {})),
+                    gold=apply_patch(start.path, {}, task.patch),
+                    hidden=hidden,
+                )
+                with self._lock:
+                    self._states[key] = state
+            return self._states[key]
+
+    def _prepare(self, task: Task, state: _TaskState, patch: str) -> _Prepared:
+        if len(patch.encode()) > _MAX_PATCH_BYTES:
+            raise _PatchFailed(f"the patch is {len(patch.encode())} bytes; at most {_MAX_PATCH_BYTES} are scored")
+        kept: dict[str, bytes | None] = {}
+        dropped: list[str] = []
+        tampering: list[str] = []
+        for rel, kind, content in _apply_candidate(state.start.path, patch):
+            trusted = state.start.path / rel
+            before = _text(trusted.read_bytes()) if trusted.is_file() and not trusted.is_symlink() else None
+            after = _text(content) if content is not None else None
+            binary = content is not None and after is None
+            verdict, why = classify_change(rel, kind, before=before, after=after, binary=binary, tests=state.tests)
+            if verdict == "tamper":
+                tampering.append(why)
+                dropped.append(why)
+                continue
+            if verdict == "drop":
+                dropped.append(why)
+                continue
+            if after is not None:
+                reference = state.gold.get(rel, before) if rel in state.gold else before
+                lint = lint_python if rel.endswith(".py") else lint_text
+                for finding in new_findings(lint(after), lint(reference or "")):
+                    tampering.append(finding.describe(rel))
+            kept[rel] = content
+        changes: dict[str, bytes | None] = dict(kept)
+        for rel, text in state.hidden.items():
+            changes[rel] = text.encode() if text is not None else None
+        return _Prepared(changes=changes, kept=sorted(kept), dropped=dropped, tampering=tampering)
+
+    def _trusted_plugins(self, box: Sandbox, image: str) -> list[str]:
+        """The image's installed pytest plugins, read in a container whose workspace is still empty."""
+        with self._lock:
+            if image in self._plugins:
+                return self._plugins[image]
+        found = box.exec(["python", "-P", "-c", _PLUGINS_SCRIPT], timeout_s=60, workdir="/")
+        if found.exit_code != 0:
+            raise SandboxError(f"could not list the pytest plugins of {image}: {found.text().strip()[-300:]}")
+        plugins = [str(p) for p in json.loads(found.stdout.decode().strip().splitlines()[-1])]
+        with self._lock:
+            self._plugins[image] = plugins
+        return plugins
+
+    def _run(self, task: Task, state: _TaskState, prepared: _Prepared, select: list[str]) -> RunResult:
+        box = self.pool.acquire(task.image_name)
+        try:
+            plugins = self._trusted_plugins(box, task.image_name)
+        except BaseException:
+            box.close()
+            raise
+        runner = SuiteRunner(state.start, state.env, backend=self.backend, limits=self.limits, timeout_s=self.timeout_s,
+                             sandbox=box, tool_files={f"{GUARD_MODULE}.py": _GUARD_SOURCE.read_bytes()},
+                             bytecode_cache=False)  # one run per container: the image's bytecode is what is fast
+        with runner:  # closing it destroys the container: one scoring each
+            return runner.run(
+                changes=prepared.changes,
+                select=select,
+                # The verdict reads each test's outcome and the first line of its message, which
+                # the JUnit report gives the same in every traceback style; long tracebacks of the
+                # failing tests cost more CPU than the tests (most candidates fail some).
+                extra_args=("--continue-on-collection-errors", "--tb=line", "-p", GUARD_MODULE,
+                            *(arg for plugin in plugins for arg in ("-p", plugin))),
+                env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                     "TASKFORGE_GUARD_CANDIDATE": json.dumps([f"/workspace/{rel}" for rel in prepared.kept]),
+                     "TASKFORGE_GUARD_TRUSTED": json.dumps(plugins)},
+                python_args=("-P",),
+            )
+
+    def _judge(self, task: Task, run: RunResult, result: RewardResult, tests: str) -> None:
+        if run.status == "timeout":
+            result.status, result.detail = "timeout", f"the tests ran past {self.timeout_s:g} s"
+            result.fail_to_pass = dict.fromkeys(task.FAIL_TO_PASS, "timeout")
+            result.pass_to_pass = dict.fromkeys(task.PASS_TO_PASS, "timeout")
+            return
+
+        def outcome(nodeid: str) -> str:
+            return run.results[nodeid].outcome if nodeid in run.results else "missing"
+
+        result.fail_to_pass = {t: outcome(t) for t in task.FAIL_TO_PASS}
+        if tests == "all":
+            result.pass_to_pass = {t: outcome(t) for t in task.PASS_TO_PASS}
+        every = [outcome(t) for t in (result.outcomes if tests == "all" else task.FAIL_TO_PASS)]
+        all_passed = all(o == "passed" for o in every)
+        tampering = [value for name, value in run.properties if name == _TAMPERED_PROPERTY]
+        if run.has_report and (_GUARD_PROPERTY, "1") not in run.properties:
+            tampering.append("report: the scoring guard did not see the session end")
+        if run.exit_code == 0 and not all_passed:
+            what = "no report" if not run.has_report else f"{sum(o != 'passed' for o in every)} expected tests not passed"
+            tampering.append(f"exit: pytest exited 0 with {what}")
+        if tampering:
+            result.tampering += tampering
+            result.status, result.detail = "tampered", tampering[0]
+            return
+        if run.limits_hit:
+            result.detail = f"the run hit the sandbox's {', '.join(run.limits_hit)} limit"
+        if all_passed and run.exit_code != 0:
+            result.detail = f"every expected test passed, but pytest exited {run.exit_code}: the reward is 0"
+            result.reward = 0.0
+            return
+        result.reward = compute_reward(result.fail_to_pass, result.pass_to_pass, result.mode)
+
+
+def _text(content: bytes) -> str | None:
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _apply_candidate(start: Path, patch: str) -> list[tuple[str, Any, bytes | None]]:
+    """Apply ``patch`` to the start state, as trees in a scratch index and object store (nothing
+    of the patch is ever written as a file): each changed path, its kind (added, modified,
+    deleted, symlink, submodule) and its new content (None when deleted)."""
+    if not patch.strip():
+        return []
+    with StateTrees(start) as trees:
+        head = trees.tree({})
+        try:
+            new = trees.apply(head, patch)
+        except TaskforgeError as err:
+            raise _PatchFailed(str(err)) from err
+        changed: list[tuple[str, Any, bytes | None]] = []
+        for rel, status, mode, object_id in trees.changed(head, new):
+            if status == "D":
+                changed.append((rel, "deleted", None))
+            elif mode == "120000":
+                changed.append((rel, "symlink", None))
+            elif mode == "160000":
+                changed.append((rel, "submodule", None))
+            else:
+                changed.append((rel, "added" if status == "A" else "modified", trees.blob(object_id)))
+        return changed
