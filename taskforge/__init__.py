@@ -24,13 +24,14 @@ _API = {
     "Scorer": "taskforge.scoring.scorer",
     "RewardResult": "taskforge.scoring.rewards",
     "RewardClient": "taskforge.scoring.client",
+    "RewardScorer": "taskforge.scoring.protocol",
     "Sandbox": "taskforge.sandbox",
     "SandboxBackend": "taskforge.sandbox",
     "SandboxLimits": "taskforge.sandbox",
     "open_backend": "taskforge.sandbox",
     "Environment": "taskforge.repo.environment",
     "WORKSPACE": "taskforge.repo.environment",
-    "rebuild_start_state": "taskforge.mining.revalidate",
+    "rebuild_start_state": "taskforge.repo.startstate",
     "TaskforgeError": "taskforge.errors",
     "SandboxError": "taskforge.errors",
     "typed_config": "taskforge.config",
@@ -45,15 +46,16 @@ __all__ = ["__version__", *sorted(_API)]
 if TYPE_CHECKING:
     from taskforge.config import checked_value, typed_config
     from taskforge.datasets import read_tasks
-    from taskforge.repo.environment import WORKSPACE, Environment
     from taskforge.errors import SandboxError, TaskforgeError
-    from taskforge.scoring.client import RewardClient
-    from taskforge.scoring.rewards import RewardResult
+    from taskforge.repo.environment import WORKSPACE, Environment
+    from taskforge.repo.startstate import rebuild_start_state
+    from taskforge.repo.testfiles import TestLayout, is_test_path
     from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits, open_backend
+    from taskforge.scoring.client import RewardClient
+    from taskforge.scoring.protocol import RewardScorer
+    from taskforge.scoring.rewards import RewardResult
     from taskforge.scoring.scorer import Scorer
     from taskforge.task import Task
-    from taskforge.repo.testfiles import TestLayout, is_test_path
-    from taskforge.mining.revalidate import rebuild_start_state
 
 
 def __getattr__(name: str) -> Any:

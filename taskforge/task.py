@@ -8,11 +8,12 @@ tasks never loads the miner (libcst, the symbol index, the audit).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
 from typing import Any, Literal, Protocol
 
-__all__ = ["Task", "TaskScorer", "Verdict", "is_ambiguous_doctest_id", "is_doctest_id"]
+__all__ = ["ScorerFactory", "Task", "TaskScorer", "Verdict", "is_ambiguous_doctest_id", "is_doctest_id"]
 
 
 def is_doctest_id(nodeid: str) -> bool:
@@ -107,3 +108,10 @@ class TaskScorer(Protocol):
     """Scores a patch against a task (``taskforge.scoring.scorer.Scorer`` is one)."""
 
     def score(self, task: Task, patch: str, *, tests: Literal["all", "fail_to_pass"] = "all") -> Verdict: ...
+
+
+class ScorerFactory(Protocol):
+    """Makes the scorer a mining worker's gate uses, as a context manager that owns its sandboxes:
+    ``make_scorer(backend, limits, timeout_s)`` (``taskforge.scoring.scorer.gate_scorer`` is one)."""
+
+    def __call__(self, backend: Any, limits: Any, timeout_s: float, /) -> AbstractContextManager[TaskScorer]: ...

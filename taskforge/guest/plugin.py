@@ -154,7 +154,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)  # after junitxml's own pytest_configure has set up its writer
 def pytest_configure(config: pytest.Config) -> None:
-    from _pytest.junitxml import xml_key  # the writer's stash key; private, but stable since pytest 7.0
+    from _pytest.junitxml import (
+        xml_key,  # the writer's stash key; private, but stable since pytest 7.0
+    )
 
     writer = config.stash.get(xml_key, None)
     nonce = config.stash.get(_nonce_key, None)

@@ -26,22 +26,25 @@ from typing import Any
 
 from taskforge.mining.recipe import MiningRecipe
 from taskforge.mining.run import Executor, RepoOutcome, mine_one
+from taskforge.task import ScorerFactory
 
 __all__ = ["ray_executor"]
 
 
-def _mine_remote(source: str, config: Any, limits: Any) -> RepoOutcome:
+def _mine_remote(source: str, config: Any, limits: Any, make_scorer: ScorerFactory) -> RepoOutcome:
     try:
         import setproctitle  # Ray ships it; the title names the repository in `ps`
 
         setproctitle.setproctitle(f"ray::mine_one {source}")
     except ImportError:
         pass
-    return mine_one(source, config, limits)
+    return mine_one(source, config, limits, make_scorer)
 
 
-def ray_executor(address: str | None = None) -> Executor:
-    """An executor that runs each repository as a Ray task (``address`` overrides the recipe's)."""
+def ray_executor(make_scorer: ScorerFactory, address: str | None = None) -> Executor:
+    """An executor that runs each repository as a Ray task (``address`` overrides the recipe's);
+    ``make_scorer`` (a module-level function: Ray pickles it by reference) gives each worker its
+    gate's scorer."""
 
     def run(sources: Sequence[str], recipe: MiningRecipe) -> Iterator[RepoOutcome]:
         import ray
@@ -69,7 +72,7 @@ def ray_executor(address: str | None = None) -> Executor:
             while todo or in_flight:
                 while todo and len(in_flight) < limit:
                     source = todo.pop(0)
-                    in_flight[remote.remote(source, recipe.mine, recipe.sandbox)] = source
+                    in_flight[remote.remote(source, recipe.mine, recipe.sandbox, make_scorer)] = source
                 done, _ = ray.wait(list(in_flight), num_returns=1)
                 for ref in done:
                     source = in_flight.pop(ref)

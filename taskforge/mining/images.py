@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from taskforge.errors import TaskforgeError
 
 if TYPE_CHECKING:
-    from taskforge.mining.audit.scan import AuditResult
     from taskforge.mining.audit.fingerprint import Fingerprint
-    from taskforge.task import Task
+    from taskforge.mining.audit.scan import AuditResult
     from taskforge.sandbox import SandboxBackend, SandboxLimits
+    from taskforge.task import Task
 
     class ImageBackend(SandboxBackend, Protocol):
         """A sandbox backend that can also delete images (the Docker backend can)."""
@@ -121,12 +121,12 @@ def _scan_in_image(tag: str, fingerprint_key: str, fingerprint: Fingerprint, *, 
 def build_task_image(task: Task, *, backend: ImageBackend, limits: SandboxLimits | None = None) -> TaskImage:
     """Build (or find) the task's image and audit it; raises ``TaskforgeError`` (reason
     ``image_audit_findings``) and deletes the image if the audit finds anything."""
-    from taskforge.mining.audit.scan import AuditResult, audit_task_state
     from taskforge.mining.audit.fingerprint import task_interfaces
+    from taskforge.mining.audit.scan import AuditResult, audit_task_state
     from taskforge.repo.patches import apply_patch
-    from taskforge.sandbox import SandboxLimits
     from taskforge.repo.sources import fetch
-    from taskforge.mining.revalidate import rebuild_start_state
+    from taskforge.repo.startstate import rebuild_start_state
+    from taskforge.sandbox import SandboxLimits
 
     limits = limits or SandboxLimits.load()
     tag = task_image_tag(task, env_image_id=backend.image_id(task.image_name))

@@ -37,29 +37,34 @@ from pathlib import Path
 from typing import Any
 
 from taskforge import __version__
-from taskforge.mining.audit.scan import IMAGE_ROOTS, AuditResult, audit_task_state, scan_image
-from taskforge.sandbox.base_image import BaseImage
-from taskforge.mining.candidates import Candidate, CandidateConfig, find_candidates
-from taskforge.repo.environment import Environment, build_environment
 from taskforge.errors import TaskforgeError, TestRunError
-from taskforge.mining.audit.fingerprint import Fingerprint, interface_names
-from taskforge.mining.hiding import ClassIndex, hide_tests
 from taskforge.llm.client import LLMConfig
-from taskforge.repo.patches import StateTrees
+from taskforge.mining.audit.fingerprint import Fingerprint, interface_names
+from taskforge.mining.audit.scan import (
+    IMAGE_ROOTS,
+    AuditResult,
+    audit_task_state,
+    scan_image,
+)
+from taskforge.mining.candidates import Candidate, CandidateConfig, find_candidates
+from taskforge.mining.hiding import ClassIndex, hide_tests
 from taskforge.mining.removal.cst import Removal, RemovalAgent, load_agent
-from taskforge.sandbox import SandboxBackend, SandboxLimits
-from taskforge.repo.sources import Snapshot, fetch
-from taskforge.repo.startstate import is_scrubbed, scrub_changes, write_start_state
 from taskforge.mining.statements.template import (
     StatementContext,
     leaked_lines,
     load_writer,
     removed_symbols,
 )
-from taskforge.repo.symbols import SymbolIndex, build_index
-from taskforge.task import Task, TaskScorer, is_ambiguous_doctest_id, is_doctest_id
-from taskforge.repo.testfiles import TestLayout
+from taskforge.repo.environment import Environment, build_environment
+from taskforge.repo.patches import StateTrees
+from taskforge.repo.sources import Snapshot, fetch
+from taskforge.repo.startstate import is_scrubbed, scrub_changes, write_start_state
 from taskforge.repo.suite import RunResult, SuiteRunner, require_test_files
+from taskforge.repo.symbols import SymbolIndex, build_index
+from taskforge.repo.testfiles import TestLayout
+from taskforge.sandbox import SandboxBackend, SandboxLimits
+from taskforge.sandbox.base_image import BaseImage
+from taskforge.task import Task, TaskScorer, is_ambiguous_doctest_id, is_doctest_id
 
 __all__ = ["MineConfig", "Rejected", "RepoResult", "Task", "mine_repository"]
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from taskforge.mining.candidates import CandidateConfig
 from taskforge.config import checked_value, typed_config
 from taskforge.llm.client import LLMConfig
+from taskforge.mining.candidates import CandidateConfig
 from taskforge.mining.pipeline import MineConfig
 from taskforge.sandbox import SandboxLimits
 

@@ -11,23 +11,26 @@ must be the row's ``base_commit``. Then, each in a fresh container on that repos
 
 from __future__ import annotations
 
+import json
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from taskforge.mining.audit.scan import AuditResult, audit_task_state, scan_image
-from taskforge.sandbox.base_image import BaseImage
-from taskforge.repo.environment import build_environment
 from taskforge.errors import TaskforgeError
 from taskforge.mining.audit.fingerprint import Fingerprint, task_interfaces
-from taskforge.task import Task
+from taskforge.mining.audit.scan import AuditResult, audit_task_state, scan_image
+from taskforge.repo.environment import build_environment
 from taskforge.repo.patches import apply_patch
-from taskforge.sandbox import SandboxBackend, SandboxLimits
 from taskforge.repo.sources import Snapshot, fetch
-from taskforge.repo.startstate import is_scrubbed, write_start_state
+from taskforge.repo.startstate import is_scrubbed, rebuild_start_state
 from taskforge.repo.suite import RunResult, SuiteRunner
+from taskforge.sandbox import SandboxBackend, SandboxLimits
+from taskforge.sandbox.base_image import BaseImage
+from taskforge.task import Task
 
-__all__ = ["TaskCheck", "audit_tasks", "check_task", "rebuild_start_state"]
+__all__ = ["AuditedDataset", "TaskCheck", "audit_dataset", "audit_tasks", "check_task", "validate_tasks"]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -42,21 +45,6 @@ class TaskCheck:
 
 def _outcome(run: RunResult, nodeid: str) -> str:
     return run.results[nodeid].outcome if nodeid in run.results else "missing"
-
-
-def rebuild_start_state(task: Task, dest: Path) -> Snapshot:
-    """Write the task's start state into ``dest`` (a new folder) from the row alone: exactly the
-    working tree and ``.git`` an agent starts from. Raises if it is not the row's ``base_commit``."""
-    source = fetch(task.source)
-    if source.commit != task.source_commit:
-        raise TaskforgeError(f"{task.source} is now at {source.commit[:12]}, not {task.source_commit[:12]}",
-                             reason="source_moved")
-    changes = apply_patch(source.path, {}, task.removal_patch)
-    commit = write_start_state(source, changes, dest)
-    if commit != task.base_commit:
-        raise TaskforgeError(f"the start state of {task.instance_id} rebuilds as {commit[:12]}, not {task.base_commit[:12]}",
-                             reason="start_state_mismatch")
-    return Snapshot(name=task.repo, source=task.source, kind=source.kind, commit=commit, path=dest, version=source.version)
 
 
 def audit_tasks(
@@ -156,3 +144,83 @@ def _check_start_state(
     for nodeid in selected:
         if _outcome(gold_run, nodeid) != "passed":
             check.problems.append(f"gold: {nodeid} is {_outcome(gold_run, nodeid)}")
+
+
+def validate_tasks(
+    tasks: Sequence[Task],
+    *,
+    backend: SandboxBackend,
+    base: BaseImage,
+    report: Path | None = None,
+    on_status: Callable[[str], None] = lambda _: None,
+) -> dict[str, dict[str, Any]]:
+    """Check every task again (:func:`check_task`): instance_id → ``{"ok", "problems"}``.
+
+    With ``report``, the results are also written there as JSON after every task, and tasks the
+    report holds already are not checked again: a long validation resumes where it stopped."""
+    from taskforge.datasets.manifest import write_atomic
+
+    results: dict[str, dict[str, Any]] = {}
+    if report is not None and report.is_file():
+        try:
+            results = json.loads(report.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise TaskforgeError(f"{report} is not valid JSON ({err}); remove it to validate again",
+                                 reason="report_unreadable") from err
+        done = sum(1 for t in tasks if t.instance_id in results)
+        if done:
+            on_status(f"{done} task(s) already in {report}; not checked again")
+    for task in tasks:
+        if task.instance_id not in results:
+            check = check_task(task, backend=backend, base=base)
+            results[task.instance_id] = {"ok": check.ok, "problems": check.problems}
+            if report is not None:  # after every task: an interrupted validation keeps what it did
+                write_atomic(report, json.dumps(results, indent=1).encode())
+    return results
+
+
+@dataclass(kw_only=True, slots=True)
+class AuditedDataset:
+    total: int = 0
+    flagged: int = 0
+    """Tasks whose audit found remnants of the removed code."""
+    failed: int = 0
+    """Tasks whose audit could not run."""
+
+    @property
+    def clean(self) -> int:
+        return self.total - self.flagged - self.failed
+
+
+def audit_dataset(
+    directory: Path,
+    *,
+    backend: SandboxBackend,
+    on_task: Callable[[Task, AuditResult | str], None] = lambda _task, _audit: None,
+) -> AuditedDataset:
+    """Audit every task of the folder again and store each result in its row (the ``audit``
+    column), shard by shard; a task whose audit cannot run keeps its row, and ``on_task`` sees why."""
+    import pyarrow.parquet as pq
+
+    from taskforge.datasets import TASKS, DatasetWriter, read_manifest, run_versions
+
+    counts = AuditedDataset()
+    # Opening the folder for writing checks it and finishes any interrupted rewrite first.
+    with DatasetWriter(directory, kind=TASKS, recipe=read_manifest(directory).recipe, versions=run_versions()) as writer:
+        for shard in list(writer.manifest.shards):
+            tasks = [Task.from_row(row) for row in pq.read_table(directory / shard.name).to_pylist()]
+            audits = audit_tasks(tasks, backend=backend)
+            updated = []
+            for task in tasks:
+                counts.total += 1
+                audit = audits[task.instance_id]
+                on_task(task, audit)
+                if not isinstance(audit, AuditResult):
+                    counts.failed += 1
+                    updated.append(task)
+                    continue
+                counts.flagged += not audit.clean
+                updated.append(replace(task, audit=audit.to_json()))
+            writer.rewrite(shard.name, (t.to_row() for t in updated))
+    return counts
+

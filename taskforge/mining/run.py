@@ -26,6 +26,7 @@ from taskforge.errors import TaskforgeError
 from taskforge.mining.pipeline import MineConfig, RepoResult
 from taskforge.mining.recipe import MiningRecipe
 from taskforge.sandbox import SandboxLimits
+from taskforge.task import ScorerFactory
 
 __all__ = ["Executor", "RepoOutcome", "RunSummary", "inline_executor", "mine_one", "run_mining"]
 
@@ -47,20 +48,22 @@ class RepoOutcome:
     seconds: float = 0.0
 
 
-def mine_one(source: str, config: MineConfig, limits: SandboxLimits,
+def mine_one(source: str, config: MineConfig, limits: SandboxLimits, make_scorer: ScorerFactory,
              on_candidate: Callable[[RepoResult], None] | None = None) -> RepoOutcome:
-    """Mine one repository: the call every executor makes, with Ray or without it."""
-    from taskforge.sandbox.base_image import current_base
+    """Mine one repository: the call every executor makes, with Ray or without it.
+
+    ``make_scorer`` gives the scorer of mining's gate (the caller picks it: mining never imports
+    scoring; the CLI passes :func:`taskforge.scoring.scorer.gate_scorer`)."""
     from taskforge.mining.pipeline import mine_repository
     from taskforge.sandbox import open_backend
-    from taskforge.scoring.scorer import Scorer
+    from taskforge.sandbox.base_image import current_base
 
     started = time.monotonic()
     worker = f"{os.uname().nodename}:{os.getpid()}"
     try:
         backend = open_backend("docker")
         backend.gc()  # sandboxes a killed worker on this host left behind
-        with Scorer(backend=backend, limits=limits, timeout_s=config.timeout_s) as scorer:
+        with make_scorer(backend, limits, config.timeout_s) as scorer:
             result = mine_repository(source, config=config, backend=backend, base=current_base(backend), limits=limits,
                                      on_candidate=on_candidate, scorer=scorer)
     except TaskforgeError as err:
@@ -83,12 +86,12 @@ Executor = Callable[[Sequence[str], MiningRecipe], Iterator[RepoOutcome]]
 """Runs ``mine_one`` for each source and yields the outcomes as they finish (in any order)."""
 
 
-def inline_executor(progress: Callable[[str, RepoResult], None] | None = None) -> Executor:
+def inline_executor(make_scorer: ScorerFactory, progress: Callable[[str, RepoResult], None] | None = None) -> Executor:
     """Repositories one after another in this process."""
     def run(sources: Sequence[str], recipe: MiningRecipe) -> Iterator[RepoOutcome]:
         for source in sources:
             callback = (lambda result, source=source: progress(source, result)) if progress else None
-            yield mine_one(source, recipe.mine, recipe.sandbox, on_candidate=callback)
+            yield mine_one(source, recipe.mine, recipe.sandbox, make_scorer, on_candidate=callback)
     return run
 
 
@@ -117,10 +120,10 @@ def run_mining(
 ) -> RunSummary:
     """Mine every source of ``recipe`` not yet in its dataset, writing each repository's tasks as
     soon as it finishes. ``on_outcome`` sees each outcome after it is written."""
-    from taskforge.sandbox.base_image import current_base
     from taskforge.datasets import TASKS, DatasetWriter, run_versions
     from taskforge.datasets.manifest import write_atomic
     from taskforge.sandbox import open_backend
+    from taskforge.sandbox.base_image import current_base
 
     started = time.monotonic()
     from taskforge.datasets.remote import RemoteDataset, is_uri, staging_dir

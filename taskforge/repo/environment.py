@@ -36,12 +36,12 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from taskforge.sandbox.base_image import BaseImage
-from taskforge.repo.requirements import DetectedRequirement, detect_test_requirements
 from taskforge.errors import DependencyError, EnvironmentBuildError, SandboxError
 from taskforge.paths import cache_root, sandboxes_dir
-from taskforge.sandbox import SandboxBackend
+from taskforge.repo.requirements import DetectedRequirement, detect_test_requirements
 from taskforge.repo.sources import Snapshot
+from taskforge.sandbox import SandboxBackend
+from taskforge.sandbox.base_image import BaseImage
 
 __all__ = ["DroppedRequirement", "Environment", "WORKSPACE", "build_environment", "host_python"]
 

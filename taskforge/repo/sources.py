@@ -608,7 +608,9 @@ def _git_run(
     *args: str, cwd: Path | None = None, timeout: float = LOCAL_GIT_TIMEOUT_S, env: dict[str, str] | None = None
 ) -> tuple[int, str, str]:
     """Run git; return (status, stdout, stderr). Paths in stdout decode as the file system encodes them."""
-    from git.cmd import Git  # GitPython runs `git version` on import; keep it out of `import taskforge`
+    from git.cmd import (
+        Git,  # GitPython runs `git version` on import; keep it out of `import taskforge`
+    )
 
     status, out, err = Git(cwd).execute(
         ["git", *_GIT_CONFIG, *args],

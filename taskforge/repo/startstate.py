@@ -23,9 +23,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
 from taskforge.errors import TaskforgeError
-from taskforge.repo.sources import Snapshot
+from taskforge.repo.patches import apply_patch
+from taskforge.repo.sources import Snapshot, fetch
+from taskforge.task import Task
 
-__all__ = ["START_IDENTITY", "is_scrubbed", "scrub_changes", "tracked_texts", "write_start_state"]
+__all__ = ["START_IDENTITY", "is_scrubbed", "rebuild_start_state", "scrub_changes", "tracked_texts", "write_start_state"]
 
 # Directories removed wherever they appear.
 _SCRUB_DIRS = frozenset({
@@ -134,3 +136,18 @@ def tracked_texts(root: Path, paths: Iterable[str]) -> dict[str, str]:
         except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
             continue
     return texts
+
+
+def rebuild_start_state(task: Task, dest: Path) -> Snapshot:
+    """Write the task's start state into ``dest`` (a new folder) from the row alone: exactly the
+    working tree and ``.git`` an agent starts from. Raises if it is not the row's ``base_commit``."""
+    source = fetch(task.source)
+    if source.commit != task.source_commit:
+        raise TaskforgeError(f"{task.source} is now at {source.commit[:12]}, not {task.source_commit[:12]}",
+                             reason="source_moved")
+    changes = apply_patch(source.path, {}, task.removal_patch)
+    commit = write_start_state(source, changes, dest)
+    if commit != task.base_commit:
+        raise TaskforgeError(f"the start state of {task.instance_id} rebuilds as {commit[:12]}, not {task.base_commit[:12]}",
+                             reason="start_state_mismatch")
+    return Snapshot(name=task.repo, source=task.source, kind=source.kind, commit=commit, path=dest, version=source.version)

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from taskforge import guest
-from taskforge.repo.environment import WORKSPACE, Environment
 from taskforge.errors import NoTestsError, TestRunError
+from taskforge.repo.environment import WORKSPACE, Environment
 from taskforge.repo.junit import (
     PLUGIN_MODULE,
     CollectionError,
@@ -39,9 +39,9 @@ from taskforge.repo.junit import (
     parse_junit,
     plugin_source,
 )
-from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
 from taskforge.repo.sources import Snapshot
 from taskforge.repo.testfiles import DEFAULT_LAYOUT, TestLayout, configures_python_files
+from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
 
 __all__ = [
     "Agreement",

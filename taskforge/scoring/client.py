@@ -26,6 +26,7 @@ from typing import Any
 
 from taskforge.errors import TaskforgeError
 from taskforge.scoring.rewards import RewardMode, RewardResult
+from taskforge.task import Task
 
 __all__ = ["RewardClient", "RewardServerError"]
 
@@ -89,9 +90,11 @@ class RewardClient:
         result: dict[str, Any] = self._request("GET", f"/tasks?instance_id={quote(instance_id, safe='')}")
         return result
 
-    def score(self, instance_id: str, patch: str, *, candidate_id: str = "",
+    def score(self, task: Task | str, patch: str, *, candidate_id: str = "",
               mode: RewardMode | None = None) -> RewardResult:
-        """Score one candidate ``patch`` (a unified diff against the task's start state)."""
+        """Score one candidate ``patch`` (a unified diff against the task's start state) for a task
+        (its row, or its ``instance_id``: the server holds the row)."""
+        instance_id = task if isinstance(task, str) else task.instance_id
         item = _item(instance_id, patch, candidate_id, mode)
         return _result(self._request("POST", "/score", item), patch)
 

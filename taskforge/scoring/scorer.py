@@ -44,10 +44,14 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 from taskforge import guest
-from taskforge.repo.environment import Environment
 from taskforge.errors import SandboxError, TaskforgeError, TestRunError
-from taskforge.task import Task
+from taskforge.repo.environment import Environment
 from taskforge.repo.patches import StateTrees, apply_patch
+from taskforge.repo.sources import Snapshot
+from taskforge.repo.startstate import rebuild_start_state
+from taskforge.repo.suite import RunResult, SuiteRunner
+from taskforge.repo.testfiles import TestLayout
+from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
 from taskforge.scoring.rewards import (
     MODES,
     SCORER_VERSION,
@@ -57,8 +61,6 @@ from taskforge.scoring.rewards import (
     compute_reward,
     load_predictions,
 )
-from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
-from taskforge.repo.sources import Snapshot
 from taskforge.scoring.tamper import (
     TestPaths,
     classify_change,
@@ -66,9 +68,7 @@ from taskforge.scoring.tamper import (
     lint_text,
     new_findings,
 )
-from taskforge.repo.testfiles import TestLayout
-from taskforge.repo.suite import RunResult, SuiteRunner
-from taskforge.mining.revalidate import rebuild_start_state
+from taskforge.task import Task
 
 __all__ = [
     "MODES",
@@ -79,6 +79,7 @@ __all__ = [
     "RewardStatus",
     "Scorer",
     "compute_reward",
+    "gate_scorer",
     "load_predictions",
 ]
 
@@ -494,3 +495,10 @@ def _apply_candidate(start: Path, patch: str) -> list[tuple[str, Any, bytes | No
             else:
                 changed.append((rel, "added" if status == "A" else "modified", trees.blob(object_id)))
         return changed
+
+
+def gate_scorer(backend: SandboxBackend, limits: SandboxLimits, timeout_s: float) -> Scorer:
+    """The scorer of mining's gate (``taskforge.task.ScorerFactory``): the CLI hands it to the
+    mining executors, so mining never imports scoring."""
+    return Scorer(backend=backend, limits=limits, timeout_s=timeout_s)
+

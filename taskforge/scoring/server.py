@@ -78,8 +78,14 @@ from typing import Any, Self, TextIO
 from urllib.parse import parse_qs, urlsplit
 
 from taskforge.errors import TaskforgeError
+from taskforge.scoring.scorer import (
+    MODES,
+    SCORER_VERSION,
+    RewardMode,
+    RewardResult,
+    Scorer,
+)
 from taskforge.task import Task
-from taskforge.scoring.scorer import MODES, SCORER_VERSION, RewardMode, RewardResult, Scorer
 
 __all__ = [
     "PUBLIC_TASK_FIELDS",

@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Literal
 
-from taskforge.task import is_doctest_id
 from taskforge.repo.testfiles import DEFAULT_LAYOUT, TestLayout, is_test_path
+from taskforge.task import is_doctest_id
 
 __all__ = [
     "Finding",

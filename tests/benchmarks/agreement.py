@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 
-from taskforge.sandbox.base_image import current_base
 from taskforge.repo.environment import build_environment
-from taskforge.sandbox import open_backend
 from taskforge.repo.sources import fetch
 from taskforge.repo.suite import check_run, compare_runs, run_suite, run_suite_on_host
+from taskforge.sandbox import open_backend
+from taskforge.sandbox.base_image import current_base
 from tests.corpus import corpus
 from tests.integration.test_corpus_agreement import CI_PROJECTS, MORE_PROJECTS
 

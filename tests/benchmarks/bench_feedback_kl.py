@@ -47,7 +47,6 @@ def _peak_rss_mb() -> float:
 
 def _worker(args: argparse.Namespace) -> None:
     import torch
-
     from trainer.kl import chunked_token_kl, naive_token_kl
 
     def run(student_TD: torch.Tensor, teacher_TD: torch.Tensor, weight_VD: torch.Tensor) -> torch.Tensor:

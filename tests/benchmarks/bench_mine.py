@@ -26,13 +26,12 @@ import statistics
 import time
 from pathlib import Path
 
-from taskforge.sandbox.base_image import current_base
 from taskforge.mining.pipeline import MineConfig, mine_repository
-from taskforge.task import Task
 from taskforge.sandbox import SandboxLimits, open_backend
+from taskforge.sandbox.base_image import current_base
 from taskforge.scoring.scorer import Scorer
+from taskforge.task import Task
 from tests.corpus import corpus
-
 
 CGROUP = f"taskforge-bench-{os.getpid()}"
 """The cgroup parent of every container this benchmark's mining starts (``SandboxLimits.cgroup_parent``)."""

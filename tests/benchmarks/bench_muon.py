@@ -84,10 +84,10 @@ def _timed(step: Callable[[], None], steps: int) -> list[float]:
 def _bench_rank(rank: int, world_size: int, model_kind: str, steps: int, bucket_bytes: int) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-
-    from trainer.model import MatrixLayout, ModelConfig, Transformer, matrix_layouts
     from trainer.muon_reference import MuonConfig, MuonWithAdamW, RoutingRule
     from trainer.sharded_muon import ShardedMuonWithAdamW
+
+    from trainer.model import MatrixLayout, ModelConfig, Transformer, matrix_layouts
 
     torch.manual_seed(0)
     mesh = init_device_mesh("cpu", (world_size,))

@@ -22,13 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from taskforge.sandbox.base_image import current_base
 from taskforge.mining.distributed import ray_executor
-from taskforge.repo.environment import build_environment
 from taskforge.mining.recipe import recipe_from_dict
 from taskforge.mining.run import run_mining
-from taskforge.sandbox import open_backend
+from taskforge.repo.environment import build_environment
 from taskforge.repo.sources import fetch
+from taskforge.sandbox import open_backend
+from taskforge.sandbox.base_image import current_base
+from taskforge.scoring.scorer import gate_scorer
 from tests.corpus import corpus
 
 
@@ -47,7 +48,7 @@ def _run(sources: list[str], workers: int, max_tasks: int, out: Path) -> dict[st
         "ray": {"address": "local", "local_cpus": 2, "max_concurrent": workers},
     })
     cpu, wall = _busy_seconds(), time.monotonic()
-    summary = run_mining(recipe, ray_executor())
+    summary = run_mining(recipe, ray_executor(gate_scorer))
     wall, cpu = time.monotonic() - wall, _busy_seconds() - cpu
     if summary.failures:
         raise SystemExit(f"{workers} worker(s): repositories failed: {summary.failures}")

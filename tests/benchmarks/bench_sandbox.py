@@ -19,11 +19,11 @@ import statistics
 import time
 from pathlib import Path
 
-from taskforge.sandbox.base_image import build_base
 from taskforge.repo.environment import build_environment
-from taskforge.sandbox import SandboxLimits, open_backend
 from taskforge.repo.sources import fetch
 from taskforge.repo.suite import check_run, run_suite, run_suite_on_host
+from taskforge.sandbox import SandboxLimits, open_backend
+from taskforge.sandbox.base_image import build_base
 from tests.corpus import corpus
 
 

@@ -44,12 +44,12 @@ from typing import Any
 
 from taskforge.datasets import read_tasks
 from taskforge.repo.environment import Environment
-from taskforge.task import Task
 from taskforge.repo.patches import apply_patch
+from taskforge.repo.startstate import rebuild_start_state
+from taskforge.repo.suite import _host_venv
 from taskforge.sandbox import SandboxBackend, SandboxLimits, open_backend
 from taskforge.scoring.scorer import RewardResult, Scorer
-from taskforge.repo.suite import _host_venv
-from taskforge.mining.revalidate import rebuild_start_state
+from taskforge.task import Task
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _NOISE_NOTE = "shared, noisy machine: every figure is a median (p95: linear interpolation over the samples)"

@@ -26,10 +26,16 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from trainer.muon_reference import (
+    KELLER_COEFFICIENTS,
+    AdamWConfig,
+    MuonConfig,
+    build_muon_adamw,
+    newton_schulz,
+)
+from trainer.sharded_muon import build_sharded_muon_adamw, newton_schulz_flops
 
 from trainer.model import PRESETS, ModelConfig, Transformer, count_parameters
-from trainer.muon_reference import KELLER_COEFFICIENTS, AdamWConfig, MuonConfig, build_muon_adamw, newton_schulz
-from trainer.sharded_muon import build_sharded_muon_adamw, newton_schulz_flops
 
 
 def _timed(fn: Callable[[], object], *, device: torch.device, warmup: int, repeats: int) -> float:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from taskforge.mining.audit.fingerprint import build_fingerprint
 from taskforge.mining.audit.scan import scan_image
 from taskforge.repo.environment import build_environment
-from taskforge.mining.audit.fingerprint import build_fingerprint
-from taskforge.sandbox import SandboxLimits
 from taskforge.repo.sources import fetch
+from taskforge.sandbox import SandboxLimits
 
 pytestmark = pytest.mark.docker
 

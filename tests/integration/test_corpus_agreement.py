@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from taskforge.sandbox.base_image import BaseImage
 from taskforge.repo.environment import build_environment
 from taskforge.repo.sources import fetch
 from taskforge.repo.suite import check_run, compare_runs, run_suite, run_suite_on_host
+from taskforge.sandbox.base_image import BaseImage
 from tests.corpus import corpus
 
 pytestmark = pytest.mark.docker

@@ -18,8 +18,8 @@ from taskforge.datasets import (
     read_manifest,
     read_tasks,
 )
-from taskforge.mining.images import build_task_image, task_image_tag
 from taskforge.errors import TaskforgeError
+from taskforge.mining.images import build_task_image, task_image_tag
 
 pytestmark = pytest.mark.docker
 

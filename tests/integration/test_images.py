@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from taskforge.sandbox.base_image import build_base
 from taskforge.repo.environment import build_environment
-from taskforge.sandbox import SandboxLimits
 from taskforge.repo.sources import fetch
+from taskforge.sandbox import SandboxLimits
+from taskforge.sandbox.base_image import build_base
 
 pytestmark = pytest.mark.docker
 

@@ -14,13 +14,13 @@ import pytest
 from taskforge.llm.client import LLMConfig
 from taskforge.llm.scripted import Script, ScriptedChatServer
 from taskforge.mining.pipeline import MineConfig, mine_repository
-from taskforge.scoring.scorer import Scorer
-from taskforge.repo.patches import diff
 from taskforge.mining.removal.cst import LibcstRemovalAgent
-from taskforge.repo.sources import fetch
-from taskforge.mining.statements.template import leaked_lines
-from taskforge.repo.symbols import build_index
 from taskforge.mining.revalidate import check_task
+from taskforge.mining.statements.template import leaked_lines
+from taskforge.repo.patches import diff
+from taskforge.repo.sources import fetch
+from taskforge.repo.symbols import build_index
+from taskforge.scoring.scorer import Scorer
 
 pytestmark = pytest.mark.docker
 

@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from taskforge.datasets import read_tasks
+from taskforge.mining.revalidate import check_task
+from taskforge.mining.statements.template import leaked_lines
 from taskforge.repo.sources import fetch
 from taskforge.repo.symbols import build_index
-from taskforge.mining.statements.template import leaked_lines
-from taskforge.mining.revalidate import check_task
 
 pytestmark = pytest.mark.docker
 

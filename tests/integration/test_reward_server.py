@@ -23,10 +23,10 @@ from taskforge.datasets import (
     read_rows,
     read_tasks,
 )
+from taskforge.repo.startstate import rebuild_start_state
 from taskforge.scoring.client import RewardClient, RewardServerError
-from taskforge.scoring.server import PUBLIC_TASK_FIELDS, RewardServer, ServerConfig
 from taskforge.scoring.scorer import Scorer
-from taskforge.mining.revalidate import rebuild_start_state
+from taskforge.scoring.server import PUBLIC_TASK_FIELDS, RewardServer, ServerConfig
 
 pytestmark = pytest.mark.docker
 

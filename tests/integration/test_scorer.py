@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.task import Task
+from taskforge.datasets import read_tasks
 from taskforge.repo.patches import apply_patch, diff
+from taskforge.repo.startstate import rebuild_start_state
 from taskforge.sandbox import SandboxLimits
 from taskforge.scoring.scorer import Scorer
-from taskforge.datasets import read_tasks
-from taskforge.mining.revalidate import rebuild_start_state
+from taskforge.task import Task
 
 pytestmark = pytest.mark.docker
 

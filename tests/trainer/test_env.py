@@ -14,16 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.sandbox.base_image import BaseImage
+from taskforge import RewardClient, SandboxBackend, Scorer, Task, rebuild_start_state
 from taskforge.repo.environment import build_environment
-from taskforge.task import Task
 from taskforge.repo.patches import apply_patch
-from taskforge.scoring.client import RewardClient
-from taskforge.scoring.server import RewardServer, ServerConfig
-from taskforge.sandbox import SandboxBackend
-from taskforge.scoring.scorer import Scorer
 from taskforge.repo.sources import fetch
-from taskforge.mining.revalidate import rebuild_start_state
+from taskforge.sandbox.base_image import BaseImage
+from taskforge.scoring.server import RewardServer, ServerConfig
 from trainer.rl.chat import Message
 from trainer.rl.env import TOOLS, CodingEnv
 from trainer.rl.episodes import load_episodes, split_by_repository

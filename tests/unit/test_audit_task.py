@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from taskforge.mining.audit.scan import audit_task_state
 from taskforge.guest.scanner import scan
+from taskforge.mining.audit.scan import audit_task_state
 from taskforge.repo.sources import fetch
 from taskforge.repo.startstate import write_start_state
 

@@ -20,9 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.repo import junit
 from taskforge.errors import TestRunError
-from taskforge.repo.junit import PLUGIN_MODULE, CollectionError, JUnitReport, parse_junit, plugin_source
+from taskforge.repo import junit
+from taskforge.repo.junit import (
+    PLUGIN_MODULE,
+    CollectionError,
+    JUnitReport,
+    parse_junit,
+    plugin_source,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "junit"
 NONCE = "synthetic-nonce-5f1c"

@@ -13,9 +13,9 @@ import pytest
 
 from taskforge.errors import TaskforgeError
 from taskforge.llm.client import LLMConfig
-from taskforge.mining.removal.llm_agent import LLMRemovalAgent
 from taskforge.llm.scripted import Script, ScriptedChatServer
 from taskforge.mining.removal.cst import LibcstRemovalAgent, load_agent
+from taskforge.mining.removal.llm_agent import LLMRemovalAgent
 from taskforge.repo.symbols import SymbolIndex, build_index
 
 TEXT = '''"""Text helpers."""

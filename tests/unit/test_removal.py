@@ -25,7 +25,13 @@ from xml.etree import ElementTree
 import pytest
 
 from taskforge.errors import TaskforgeError
-from taskforge.mining.removal.cst import REMOVAL_AGENTS, LibcstRemovalAgent, Removal, Strategy, load_agent
+from taskforge.mining.removal.cst import (
+    REMOVAL_AGENTS,
+    LibcstRemovalAgent,
+    Removal,
+    Strategy,
+    load_agent,
+)
 from taskforge.repo.sources import fetch
 from taskforge.repo.symbols import SymbolIndex, absolute_module, build_index
 

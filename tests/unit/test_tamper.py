@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from taskforge.scoring.scorer import compute_reward
-from taskforge.scoring.tamper import TestPaths, classify_change, is_test_path, lint_python, lint_text, new_findings
+from taskforge.scoring.tamper import (
+    TestPaths,
+    classify_change,
+    is_test_path,
+    lint_python,
+    lint_text,
+    new_findings,
+)
 
 TESTS = TestPaths.of(["tests/test_core.py::test_a", "tests/test_core.py::test_b[1]"], ["tests/test_hidden.py"])
 

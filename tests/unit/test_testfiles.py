@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from taskforge.task import is_ambiguous_doctest_id, is_doctest_id
-from taskforge.scoring.tamper import TestPaths, classify_change
 from taskforge.repo.testfiles import DEFAULT_LAYOUT, TestLayout, is_test_path
+from taskforge.scoring.tamper import TestPaths, classify_change
+from taskforge.task import is_ambiguous_doctest_id, is_doctest_id
 
 
 @pytest.mark.parametrize("path,expected", [

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from taskforge import guest
-from taskforge.guest import scanner
 from taskforge.errors import TaskforgeError
+from taskforge.guest import scanner
 from taskforge.mining.audit.fingerprint import Fingerprint, build_fingerprint
-from taskforge.sandbox import Sandbox
 from taskforge.repo.startstate import is_scrubbed, tracked_texts
+from taskforge.sandbox import Sandbox
 
 __all__ = ["IMAGE_ROOTS", "WORKSPACE", "AuditResult", "audit_start_state", "audit_task_state", "scan_image"]
 

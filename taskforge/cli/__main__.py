@@ -1,0 +1,5 @@
+"""``python -m taskforge.cli``."""
+
+from taskforge.cli import main
+
+main()
