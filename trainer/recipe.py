@@ -9,9 +9,14 @@ A recipe has top-level keys ``mode``, ``seed`` and ``output_dir`` and the sectio
     [optimizer]  OptimizerConfig   (this module)            with [optimizer.muon], [optimizer.adamw]
     [train]      TrainConfig       (this module)
     [checkpoint] CheckpointConfig  (trainer.checkpoint)
+    [rl]         RLConfig          (trainer.rl.config)      with [rl.policy], [rl.generator], [rl.reward],
+                                                            [rl.curriculum], [rl.kl]
 
-Unknown keys are errors that name the key and list the valid ones. ``--set section.key=value``
-overrides (TOML values: strings are quoted) are applied to the raw table before it is typed.
+Both modes load through taskforge's one strict loader (``typed_config``): unknown keys are errors
+that name the key and list the valid ones, and a value of the wrong type names its field.
+``--set section.key=value`` overrides (TOML values: strings are quoted) are applied to the raw
+table before it is typed. This module holds configs and their loading only; the loops are
+`trainer.pretrain.loop` and `trainer.rl.loop`.
 """
 
 from __future__ import annotations
@@ -26,11 +31,11 @@ from typing import Any
 
 from taskforge import checked_value, typed_config
 from trainer.checkpoint import CheckpointConfig
-from trainer.pretrain.data import ByteTokenizer, DataConfig
 from trainer.model import ModelConfig, config_from_preset
 from trainer.optim.muon_reference import AdamWConfig, MuonConfig
 from trainer.parallel_dims import ParallelDims
-from trainer.rl.loop import RLConfig
+from trainer.pretrain.data import ByteTokenizer, DataConfig
+from trainer.rl.config import RLConfig, rl_config
 
 __all__ = ["MODES", "LaunchConfig", "OptimizerConfig", "Recipe", "TrainConfig", "apply_overrides", "load_recipe",
            "recipe_from_dict"]
@@ -165,9 +170,12 @@ class Recipe:
             raise ValueError("mode pretrain needs a [data] section")
         if self.mode == "rl" and self.parallel.cp != 1:
             raise ValueError("mode rl does not split sequences: parallel.cp must be 1")
-        if self.rl is not None and self.rl.policy == "hf" and self.parallel.world_size != 1:
-            raise ValueError(f"rl.policy hf trains in one process: the world size (launch.nnodes * "
+        if self.rl is not None and self.rl.policy.kind == "hf" and self.parallel.world_size != 1:
+            raise ValueError(f"rl.policy.kind hf trains in one process: the world size (launch.nnodes * "
                              f"launch.nproc_per_node) must be 1, got {self.parallel.world_size}")
+        if self.rl is not None and self.rl.tasks_per_step % self.parallel.world_size:
+            raise ValueError(f"rl.tasks_per_step ({self.rl.tasks_per_step}) must divide by the world size "
+                             f"({self.parallel.world_size})")
         dims, data, model = self.parallel, self.data, self.model
         if ByteTokenizer.vocab_size > model.vocab_size:
             raise ValueError(
@@ -261,7 +269,7 @@ def recipe_from_dict(raw: dict[str, Any]) -> Recipe:
         optimizer=optimizer,
         train=typed_config(TrainConfig, raw.get("train", {}), "train"),
         checkpoint=typed_config(CheckpointConfig, raw.get("checkpoint", {}), "checkpoint"),
-        rl=typed_config(RLConfig, raw["rl"], "rl") if "rl" in raw else None,
+        rl=rl_config(raw["rl"]) if "rl" in raw else None,
     )
 
 

@@ -144,7 +144,11 @@ def build_model(
 def build_optimizer(config: OptimizerConfig, model: nn.Module, *, distributed: bool) -> torch.optim.Optimizer:
     """Muon + AdamW (`trainer.optim.muon_reference`; `trainer.optim.sharded_muon` on FSDP2-sharded
     models), or AdamW alone through the same class, so both names save and resume the same way."""
-    from trainer.optim.muon_reference import ADAMW_ONLY_ROUTING, MuonWithAdamW, build_muon_adamw
+    from trainer.optim.muon_reference import (
+        ADAMW_ONLY_ROUTING,
+        MuonWithAdamW,
+        build_muon_adamw,
+    )
     from trainer.optim.sharded_muon import build_sharded_muon_adamw
 
     if config.name == "adamw":
@@ -238,7 +242,7 @@ class RunLog:
         if path.exists():
             kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
             path.write_text("".join(line + "\n" for line in kept))
-        self._metrics = open(path, "a", buffering=1)
+        self._metrics = open(path, "a", buffering=1)  # noqa: SIM115 (open for the run; `close` closes it)
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from tests.trainer.dist import run_gloo
-from trainer.pretrain.data import local_slice
 from trainer.model import config_from_preset
 from trainer.optim.muon_reference import AdamWConfig, MuonConfig
 from trainer.parallel_dims import ParallelDims
+from trainer.pretrain.data import local_slice
 from trainer.pretrain.loop import train_step
 from trainer.recipe import OptimizerConfig
 from trainer.runtime import build_model, build_optimizer

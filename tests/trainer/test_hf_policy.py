@@ -25,26 +25,25 @@ pytest.importorskip("transformers")
 
 import torch
 
-from trainer.rl.chat import Message, ToolCall, Trajectory, Turn, render
-from trainer.rl.feedback import Hint
+from trainer.model import MatrixLayout
 from trainer.optim.hf_muon import (
     HF_ROUTING,
     StackedHalves,
     build_hf_muon_adamw,
     hf_matrix_layouts,
 )
+from trainer.optim.muon_reference import AdamWConfig, MuonConfig, newton_schulz
+from trainer.rl.chat import Message, ToolCall, Trajectory, Turn, render
+from trainer.rl.config import GeneratorConfig, PolicyConfig, RLConfig
+from trainer.rl.feedback import Hint
 from trainer.rl.hf_policy import (
     GeneratorError,
     HFPolicy,
     OpenAIPolicy,
-    byte_bpe_tokenizer,
     load_hf_policy,
     message_text,
-    tiny_causal_lm,
 )
-from trainer.model import MatrixLayout
-from trainer.optim.muon_reference import AdamWConfig, MuonConfig, newton_schulz
-from trainer.rl.loop import RLConfig
+from trainer.testing import byte_bpe_tokenizer, tiny_causal_lm
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")
@@ -408,16 +407,18 @@ def test_unreachable_server_is_a_generator_error(tokenizer: Any) -> None:
 
 
 def test_rl_config_checks_the_policy_keys() -> None:
-    with pytest.raises(ValueError, match="exactly one of"):
-        RLConfig(tasks=["x"], policy="hf")
+    with pytest.raises(ValueError, match="exactly one of rl.policy.model_dir and rl.policy.model_config"):
+        PolicyConfig(kind="hf")
     with pytest.raises(ValueError, match="model_type"):
-        RLConfig(tasks=["x"], policy="hf", hf_config={"hidden_size": 64}, hf_tokenizer_dir="tok")
-    with pytest.raises(ValueError, match="need rl.policy hf"):
-        RLConfig(tasks=["x"], generator="openai", generator_url="http://x/v1", generator_model="m")
-    with pytest.raises(ValueError, match="generator_url"):
-        RLConfig(tasks=["x"], policy="hf", hf_model_dir="m", generator="openai")
-    with pytest.raises(ValueError, match="rl.policy must be"):
-        RLConfig(tasks=["x"], policy="vllm")
+        PolicyConfig(kind="hf", model_config={"hidden_size": 64}, tokenizer_dir="tok")
+    with pytest.raises(ValueError, match="need rl.policy.kind hf"):
+        PolicyConfig(model_dir="m")
+    with pytest.raises(ValueError, match=r"rl.generator.kind openai needs rl.policy.kind hf"):
+        RLConfig(tasks=["x"], generator=GeneratorConfig(kind="openai", url="http://x/v1", model="m"))
+    with pytest.raises(ValueError, match="needs rl.generator.url and rl.generator.model"):
+        GeneratorConfig(kind="openai")
+    with pytest.raises(ValueError, match="rl.policy.kind must be"):
+        PolicyConfig(kind="vllm")
 
 
 def test_a_policy_loads_from_a_saved_folder_or_a_config(tokenizer: Any, tmp_path: Path) -> None:
@@ -426,23 +427,25 @@ def test_a_policy_loads_from_a_saved_folder_or_a_config(tokenizer: Any, tmp_path
     model = tiny_causal_lm(tokenizer, seed=5)
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
-    loaded = load_hf_policy(RLConfig(tasks=["x"], policy="hf", hf_model_dir=str(tmp_path / "model")), seed=0,
-                            device=CPU)
+    loaded = load_hf_policy(PolicyConfig(kind="hf", model_dir=str(tmp_path / "model")), GeneratorConfig(),
+                            seed=0, device=CPU)
     assert type(loaded) is HFPolicy and loaded.kl_path == "chunked"
     tokens = loaded.sequence(_trajectory()).tokens
     with torch.no_grad():
         assert torch.equal(loaded.model(torch.tensor([tokens])).logits, model(torch.tensor([tokens])).logits)
-    config = RLConfig(tasks=["x"], policy="hf", hf_tokenizer_dir=str(tmp_path / "model"),
-                      hf_config={"model_type": "llama", "vocab_size": len(tokenizer), "hidden_size": 32,
-                                 "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
-                                 "num_key_value_heads": 1, "max_position_embeddings": 512})
-    random = [load_hf_policy(config, seed=seed, device=CPU).model.lm_head.weight for seed in (1, 1, 2)]
+    config = PolicyConfig(kind="hf", tokenizer_dir=str(tmp_path / "model"),
+                          model_config={"model_type": "llama", "vocab_size": len(tokenizer), "hidden_size": 32,
+                                        "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                                        "num_key_value_heads": 1, "max_position_embeddings": 512})
+    random = [load_hf_policy(config, GeneratorConfig(), seed=seed, device=CPU).model.lm_head.weight
+              for seed in (1, 1, 2)]
     assert torch.equal(random[0], random[1]) and not torch.equal(random[0], random[2])
     with pytest.raises(ValueError, match="not a folder"):
-        load_hf_policy(RLConfig(tasks=["x"], policy="hf", hf_model_dir=str(tmp_path / "nothing")), seed=0, device=CPU)
+        load_hf_policy(PolicyConfig(kind="hf", model_dir=str(tmp_path / "nothing")), GeneratorConfig(), seed=0,
+                       device=CPU)
     with pytest.raises(ValueError, match="one process"):
         load_recipe(ROOT / "recipes/train/tiny-rl-cpu.toml",
-                    ['rl.policy="hf"', f'rl.hf_model_dir="{tmp_path / "model"}"', "launch.nproc_per_node=2",
+                    ['rl.policy.kind="hf"', f'rl.policy.model_dir="{tmp_path / "model"}"', "launch.nproc_per_node=2",
                      "parallel.dp_shard=2"])
 
 
@@ -460,8 +463,9 @@ def test_an_rl_step_with_a_hugging_face_policy(tokenizer: Any, tmp_path: Path, l
     tokenizer.save_pretrained(model_dir)
     out = tmp_path / "run"
     command = [sys.executable, "-m", "trainer.cli", "--recipe", str(ROOT / "recipes/train/tiny-rl-cpu.toml"),
-               "--set", f'output_dir="{out}"', "--set", "train.steps=1", "--set", 'rl.policy="hf"',
-               "--set", f'rl.hf_model_dir="{model_dir}"', "--set", "rl.max_turns=1", "--set", "rl.max_new_tokens=16",
+               "--set", f'output_dir="{out}"', "--set", "train.steps=1", "--set", 'rl.policy.kind="hf"',
+               "--set", f'rl.policy.model_dir="{model_dir}"', "--set", "rl.max_turns=1",
+               "--set", "rl.generator.max_new_tokens=16",
                "--set", "rl.tasks_per_step=2", "--set", f'rl.tasks=["{local_sample[0]}"]']
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False,
                           env={**os.environ, "TASKFORGE_CACHE": str(session_cache)})
@@ -473,4 +477,4 @@ def test_an_rl_step_with_a_hugging_face_policy(tokenizer: Any, tmp_path: Path, l
     # A random model writes malformed calls: hinted turns, so the feedback KL ran.
     assert line["hint_fraction"] > 0 and line["kl"] > 0
     assert (out / "checkpoints" / "step_000001" / "manifest.json").is_file()
-    assert json.loads((out / "run.json").read_text())["recipe"]["rl"]["policy"] == "hf"
+    assert json.loads((out / "run.json").read_text())["recipe"]["rl"]["policy"]["kind"] == "hf"

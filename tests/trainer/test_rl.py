@@ -7,14 +7,74 @@ import math
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from trainer.recipe import load_recipe, recipe_from_dict
 from trainer.rl.chat import Message, ToolCall, Trajectory, Turn
-from trainer.rl.loop import grpo_advantages, trajectory_sequence
+from trainer.rl.config import MOVED, RLConfig
+from trainer.rl.loop import grpo_advantages
+from trainer.rl.policy import trajectory_sequence
 
 ROOT = Path(__file__).resolve().parents[2]
+TINY_RL = ROOT / "recipes/train/tiny-rl-cpu.toml"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "recipes/train").glob("*.toml")), ids=lambda p: p.name)
+def test_every_training_recipe_loads(path: Path) -> None:
+    recipe = load_recipe(path)
+    assert (recipe.rl is not None) == (recipe.mode == "rl")
+
+
+def test_the_rl_recipes_have_sections() -> None:
+    tiny = load_recipe(TINY_RL).rl
+    assert tiny is not None and tiny.kl.coef == 0.5 and tiny.kl.chunk_size == 512 and tiny.generator.max_new_tokens == 48
+    assert (tiny.policy.kind, tiny.generator.kind, tiny.reward.server, tiny.curriculum.window) == ("trainer", "local", "", 8)
+    h200 = load_recipe(ROOT / "recipes/train/h200x8-rl.toml").rl
+    assert h200 is not None and h200.reward.server == "http://scorer:8088" and h200.tasks_per_step == 16
+    assert load_recipe(TINY_RL).to_dict()["rl"]["kl"] == {"coef": 0.5, "kind": "reverse", "chunk_size": 512}
+
+
+def test_a_flat_rl_section_says_where_each_key_moved() -> None:
+    raw = tomllib.loads(TINY_RL.read_text())
+    flat = {**{k: v for k, v in raw["rl"].items() if not isinstance(v, dict)}, "kl_coef": 0.5, "policy": "hf",
+            "hf_model_dir": "m", "curriculum_low": 0.2}
+    with pytest.raises(ValueError) as error:
+        recipe_from_dict({**raw, "rl": flat})
+    message = str(error.value)
+    assert message.startswith("rl.kl_coef moved: write it as [rl.kl] coef; rl.policy moved: write it as "
+                              "[rl.policy] kind; rl.hf_model_dir moved: write it as [rl.policy] model_dir; "
+                              "rl.curriculum_low moved: write it as [rl.curriculum] low (")
+    assert "[rl.policy], [rl.generator], [rl.reward], [rl.curriculum], [rl.kl]" in message
+    # Only "policy" and "generator" are both an old key (a string) and a new section (a table).
+    assert set(MOVED) & set(RLConfig.__dataclass_fields__) == {"policy", "generator"}
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("rl.kl.coeff=1", "unknown key rl.kl.coeff; valid keys: chunk_size, coef, kind"),
+        ("rl.kl.coef='1'", "rl.kl.coef must be float, got '1'"),
+        ("rl.kl.kind='kl'", "rl.kl.kind must be one of reverse, forward, jsd"),
+        ("rl.generator.max_new_tokens=1.5", "rl.generator.max_new_tokens must be int, got 1.5"),
+        ("rl.reward=3", r"\[rl.reward\] must be a table, got 3"),
+        ("rl.reward.mode='all'", "rl.reward.mode must be one of binary, partial"),
+        ("rl.curriculum.low=0.95", "rl.curriculum.low and rl.curriculum.high must satisfy"),
+        ("rl.kl_coef=0.5", r"rl.kl_coef moved: write it as \[rl.kl\] coef"),
+        ("rl.rollouts=3", "unknown key rl.rollouts; valid keys: clip_eps, max_observation_chars"),
+        ("rl.policy.model_dir='m'", "need rl.policy.kind hf"),
+    ],
+)
+def test_rl_recipe_errors_name_the_field(override: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_recipe(TINY_RL, [override])
+
+
+def test_tasks_per_step_must_divide_by_the_world_size() -> None:
+    with pytest.raises(ValueError, match=r"rl.tasks_per_step \(3\) must divide by the world size \(2\)"):
+        load_recipe(TINY_RL, ["rl.tasks_per_step=3", "launch.nproc_per_node=2", "parallel.dp_shard=2"])
 
 
 def test_group_relative_advantages() -> None:
@@ -42,7 +102,7 @@ def test_two_rl_steps_on_mined_tasks_checkpoint_and_resume(tmp_path, local_sampl
     out = tmp_path / "run"
     common = [sys.executable, "-m", "trainer.cli", "--recipe", str(ROOT / "recipes/train/tiny-rl-cpu.toml"),
               "--set", f'output_dir="{out}"', "--set", "train.steps=2", "--set", "model.max_seq_len=1024",
-              "--set", "rl.max_turns=1", "--set", "rl.max_new_tokens=16", "--set", "rl.tasks_per_step=2",
+              "--set", "rl.max_turns=1", "--set", "rl.generator.max_new_tokens=16", "--set", "rl.tasks_per_step=2",
               "--set", f'rl.tasks=["{local_sample[0]}"]']
     env = {**os.environ, "TASKFORGE_CACHE": str(session_cache)}
     first = subprocess.run([*common, "--set", "train.stop_at_step=1"], capture_output=True, text=True, env=env,
@@ -71,7 +131,7 @@ def test_an_rl_step_on_two_gloo_processes(tmp_path, local_sample, session_cache)
     command = [sys.executable, "-m", "trainer.cli", "--recipe", str(ROOT / "recipes/train/tiny-rl-cpu.toml"),
                "--set", f'output_dir="{out}"', "--set", "train.steps=1", "--set", "model.max_seq_len=1024",
                "--set", "launch.nproc_per_node=2", "--set", "parallel.dp_shard=2", "--set", "parallel.ep=2",
-               "--set", "rl.max_turns=1", "--set", "rl.max_new_tokens=16", "--set", "rl.tasks_per_step=2",
+               "--set", "rl.max_turns=1", "--set", "rl.generator.max_new_tokens=16", "--set", "rl.tasks_per_step=2",
                "--set", f'rl.tasks=["{local_sample[0]}"]']
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False,
                           env={**os.environ, "TASKFORGE_CACHE": str(session_cache)})

@@ -35,7 +35,13 @@ import torch
 from torch import Tensor, nn
 
 from trainer.model import MatrixLayout
-from trainer.optim.muon_reference import ADAMW_ONLY_ROUTING, AdamWConfig, MuonConfig, MuonWithAdamW, RoutingRule
+from trainer.optim.muon_reference import (
+    ADAMW_ONLY_ROUTING,
+    AdamWConfig,
+    MuonConfig,
+    MuonWithAdamW,
+    RoutingRule,
+)
 
 if TYPE_CHECKING:
     from trainer.recipe import OptimizerConfig

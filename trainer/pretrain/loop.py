@@ -22,7 +22,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from trainer.checkpoint import Checkpointer, TrainerState
-from trainer.pretrain.data import ByteTokenizer, PackedSequences, local_slice, write_code_corpus
+from trainer.pretrain.data import (
+    ByteTokenizer,
+    PackedSequences,
+    local_slice,
+    write_code_corpus,
+)
 from trainer.runtime import (
     DTYPES,
     RunLog,

@@ -33,7 +33,7 @@ call; ``trainer.rl.chat.parse_tool_call``), ``unknown_tool``, ``bad_args`` (a mi
 mistyped argument, or a path outside /workspace) and ``tool_error`` (the call was well formed but
 failed: no such file, ``old`` not found or found twice, ...).
 
-**The start state** is rebuilt from the task row (``taskforge.validate.rebuild_start_state``) into a
+**The start state** is rebuilt from the task row (``taskforge.rebuild_start_state``) into a
 temporary folder once per environment and copied, with its ``.git``, into a fresh sandbox of the
 task's image at every ``reset``. The hidden tests are not in it; ``run_tests`` runs only what is
 there, with bytecode writing and pytest's cache off so that neither lands in the workspace.
@@ -67,7 +67,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from taskforge import WORKSPACE, Environment, Sandbox, SandboxBackend, SandboxError, SandboxLimits, TaskforgeError
+from taskforge import (
+    WORKSPACE,
+    Environment,
+    Sandbox,
+    SandboxBackend,
+    SandboxError,
+    SandboxLimits,
+    TaskforgeError,
+)
 from trainer.rl.chat import Message, ToolCall, Trajectory, Turn, parse_tool_call
 
 if TYPE_CHECKING:
@@ -216,7 +224,8 @@ class CodingEnv:
     def reset(self) -> list[Message]:
         """Start a new episode in a fresh sandbox holding the start state; returns its first
         messages (system and user), which also open ``self.trajectory.messages``."""
-        # Imported here: taskforge.validate pulls in the miner and libcst, which importing this module must not.
+        # Imported here: rebuild_start_state's module pulls in the miner and libcst, which importing this
+        # module must not.
         from taskforge import rebuild_start_state
 
         self._close_box()

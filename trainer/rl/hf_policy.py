@@ -1,18 +1,10 @@
-"""The policy of the RL loop (`trainer.rl.loop`) behind one small interface, and a Hugging Face causal
-LM as that policy.
+"""A Hugging Face causal LM as the RL loop's policy (`trainer.rl.policy.RLPolicy`).
 
-`RLPolicy` is what the loop asks of a policy: write an assistant message (`generate`), turn a
-finished trajectory into tokens with the policy's own tokens marked (`sequence`), score tokens
-(`token_logprobs`), give the feedback KL of a batch of hinted turns (`feedback_kl`), and hear
-that the weights changed (`after_update`). Two families implement it:
-
-- ``rl.policy = "trainer"``: the trainer's own MoE `Transformer` with the byte tokenizer
-  (`trainer.rl.TrainerPolicy`, sharded or not);
-- ``rl.policy = "hf"``: any `transformers` causal LM with its tokenizer (`HFPolicy`), loaded from a
-  local folder (``from_pretrained``; nothing is downloaded) or built at random from a config. It
-  samples with ``model.generate``; with ``rl.generator = "openai"`` (`OpenAIPolicy`) an
-  OpenAI-compatible server (vLLM, SGLang) serving the same weights samples instead, and the
-  log-probs and the loss still run here, on the model being trained.
+``[rl.policy] kind = "hf"``: any `transformers` causal LM with its tokenizer (`HFPolicy`), loaded
+from a local folder (``model_dir``, ``from_pretrained``; nothing is downloaded) or built at random
+from a config (``model_config``). It samples with ``model.generate``; with ``[rl.generator] kind =
+"openai"`` (`OpenAIPolicy`) an OpenAI-compatible server (vLLM, SGLang) serving the same weights
+samples instead, and the log-probs and the loss still run here, on the model being trained.
 
 **Tokens of the chat format.** A conversation (``trainer.rl.chat.render``) is tokenized piece by
 piece: the text between assistant messages (tags, system, user and tool messages) as one piece,
@@ -42,7 +34,7 @@ softcap, a logit scale) or whose head has a bias fails the check and takes the r
 `trainer.rl.kl.naive_token_kl` on the full logits of the hinted turns.
 
 **Weights and the server.** An `OpenAIPolicy` does not move weights to the server: that is the
-caller's job, through the ``sync_weights`` hook (``rl.generator_sync``: a function called with the
+caller's job, through the ``sync_weights`` hook (``[rl.generator] sync``: a function called with the
 model after every update and once at the start). Without a hook the server keeps the weights it
 was started with and the rollouts are off-policy.
 
@@ -57,34 +49,31 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 from torch import Tensor
 
 from trainer.rl.chat import Message, Trajectory, tag
 from trainer.rl.feedback import FeedbackExample, Hint, teacher_context
+from trainer.rl.kl import chunked_token_kl, naive_token_kl, predicting_rows
+from trainer.rl.policy import TokenSequence
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from trainer.rl.config import GeneratorConfig, PolicyConfig
     from trainer.rl.kl import KLKind
-    from trainer.rl.loop import RLConfig
 
 __all__ = [
     "BLOCK_START",
     "GeneratorError",
     "HFPolicy",
     "OpenAIPolicy",
-    "RLPolicy",
-    "TokenSequence",
-    "byte_bpe_tokenizer",
     "load_hf_policy",
     "message_text",
-    "tiny_causal_lm",
 ]
 
 log = logging.getLogger(__name__)
@@ -98,39 +87,6 @@ def message_text(generated: str) -> str:
     trailing newlines (which rendering drops anyway)."""
     cut = generated.find(BLOCK_START)
     return (generated if cut < 0 else generated[:cut]).rstrip("\n")
-
-
-@dataclass(kw_only=True, slots=True)
-class TokenSequence:
-    """A conversation as tokens."""
-
-    tokens: list[int]
-    mask: list[bool]
-    """True at positions whose token the policy generated (its assistant messages)."""
-
-
-class RLPolicy(Protocol):
-    """What the RL loop needs of a policy (see the module docstring)."""
-
-    def generate(self, messages: Sequence[Message], generator: torch.Generator) -> str:
-        """The next assistant message after `messages`, sampled with randomness from `generator`."""
-        ...
-
-    def sequence(self, trajectory: Trajectory) -> TokenSequence:
-        """The whole conversation as tokens with the policy's own marked, cut from the left to the context."""
-        ...
-
-    def token_logprobs(self, tokens: list[int]) -> Tensor:
-        """log p(token_t | tokens_<t) for t = 1 .. T-1, with gradients to the trained weights."""
-        ...
-
-    def feedback_kl(self, hinted: Sequence[tuple[Trajectory, Hint]], *, kind: KLKind, chunk_size: int) -> Tensor:
-        """Mean over the target tokens of the hinted turns of the student's divergence from the teacher."""
-        ...
-
-    def after_update(self) -> None:
-        """The trained weights changed: bring the sampler up to date."""
-        ...
 
 
 class GeneratorError(RuntimeError):
@@ -325,8 +281,6 @@ class HFPolicy:
     def feedback_kl(self, hinted: Sequence[tuple[Trajectory, Hint]], *, kind: KLKind, chunk_size: int) -> Tensor:
         """`trainer.rl.kl.feedback_kl_loss` for this model: the teacher (hinted prompt) under no_grad,
         the student with gradients, the divergence averaged over the target tokens."""
-        from trainer.rl.kl import _predicting_rows, chunked_token_kl, naive_token_kl
-
         if not hinted:
             raise ValueError("feedback_kl needs at least one hinted turn")
         examples = [self.encode_feedback(trajectory, hint) for trajectory, hint in hinted]
@@ -338,15 +292,15 @@ class HFPolicy:
             with torch.no_grad():
                 teacher_hidden_BTD = self._final_hidden(*teacher)
             student_hidden_BTD = self._final_hidden(*student)
-            kl_N = chunked_token_kl(_predicting_rows(student_hidden_BTD, student_spans),
-                                    _predicting_rows(teacher_hidden_BTD, teacher_spans),
+            kl_N = chunked_token_kl(predicting_rows(student_hidden_BTD, student_spans),
+                                    predicting_rows(teacher_hidden_BTD, teacher_spans),
                                     self.model.get_output_embeddings().weight, kind=kind, chunk_size=chunk_size)  # type: ignore[no-untyped-call]
         else:
             with torch.no_grad():
                 teacher_logits_BTV = self.model(input_ids=teacher[0], attention_mask=teacher[1]).logits
             student_logits_BTV = self.model(input_ids=student[0], attention_mask=student[1]).logits
-            kl_N = naive_token_kl(_predicting_rows(student_logits_BTV, student_spans),
-                                  _predicting_rows(teacher_logits_BTV, teacher_spans), kind=kind)
+            kl_N = naive_token_kl(predicting_rows(student_logits_BTV, student_spans),
+                                  predicting_rows(teacher_logits_BTV, teacher_spans), kind=kind)
         return kl_N.mean()
 
 
@@ -447,96 +401,36 @@ def _resolve_hook(dotted: str) -> Callable[[PreTrainedModel], None]:
     """A function from "package.module:function"."""
     module, sep, name = dotted.partition(":")
     if not sep or not module or not name:
-        raise ValueError(f"rl.generator_sync must look like package.module:function, got {dotted!r}")
+        raise ValueError(f"rl.generator.sync must look like package.module:function, got {dotted!r}")
     hook: Callable[[PreTrainedModel], None] = getattr(importlib.import_module(module), name)
     return hook
 
 
-def load_hf_policy(config: RLConfig, *, seed: int, device: torch.device) -> HFPolicy:
-    """The Hugging Face policy of an ``[rl]`` recipe section (``policy = "hf"``): the model from
-    ``hf_model_dir`` (float32 master weights) or, at random from ``seed``, from ``hf_config``; the
-    tokenizer from ``hf_tokenizer_dir`` or ``hf_model_dir``; local files only."""
+def load_hf_policy(policy: PolicyConfig, generator: GeneratorConfig, *, seed: int, device: torch.device) -> HFPolicy:
+    """The Hugging Face policy of ``[rl.policy]`` (``kind = "hf"``) sampling as ``[rl.generator]``
+    says: the model from ``model_dir`` (float32 master weights) or, at random from ``seed``, from
+    ``model_config``; the tokenizer from ``tokenizer_dir`` or ``model_dir``; local files only."""
     import os
 
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    for key in ("hf_model_dir", "hf_tokenizer_dir"):
-        folder = getattr(config, key)
+    for key in ("model_dir", "tokenizer_dir"):
+        folder = getattr(policy, key)
         if folder and not Path(folder).is_dir():
-            raise ValueError(f"rl.{key} {folder!r} is not a folder (models are read from local folders only)")
-    tokenizer = AutoTokenizer.from_pretrained(config.hf_tokenizer_dir or config.hf_model_dir, local_files_only=True)
-    if config.hf_model_dir:
-        model = AutoModelForCausalLM.from_pretrained(config.hf_model_dir, dtype=torch.float32, local_files_only=True)
+            raise ValueError(f"rl.policy.{key} {folder!r} is not a folder (models are read from local folders only)")
+    tokenizer = AutoTokenizer.from_pretrained(policy.tokenizer_dir or policy.model_dir, local_files_only=True)
+    if policy.model_dir:
+        model = AutoModelForCausalLM.from_pretrained(policy.model_dir, dtype=torch.float32, local_files_only=True)
     else:
-        options = dict(config.hf_config)
+        options = dict(policy.model_config)
         hf_config = AutoConfig.for_model(options.pop("model_type"), **options)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)  # type: ignore[no-untyped-call]
-    common: dict[str, Any] = {"max_new_tokens": config.max_new_tokens, "temperature": config.temperature,
+    common: dict[str, Any] = {"max_new_tokens": generator.max_new_tokens, "temperature": generator.temperature,
                               "device": device}
-    if config.generator == "local":
+    if generator.kind == "local":
         return HFPolicy(model, tokenizer, **common)
-    return OpenAIPolicy(model, tokenizer, base_url=config.generator_url, served_model=config.generator_model,
-                        api_key=os.environ.get(config.generator_api_key_env) or None,
-                        sync_weights=_resolve_hook(config.generator_sync) if config.generator_sync else None, **common)
-
-
-# -- a tiny model and tokenizer built here, for tests and smoke runs (nothing is downloaded) ----------
-
-_CHAT_CORPUS = (
-    "<|system|>\nYou are fixing a repository. Tools: list_files, read_file, edit_file, run_tests, submit.\n"
-    'Reply with exactly one JSON object {"tool": NAME, "args": {...}}.\n'
-    "<|user|>\nImplement `pkg.mod:func` so that the tests pass.\n"
-    '<|assistant|>\n{"tool": "list_files", "args": {"path": "."}}\n'
-    "<|tool|>\nsrc/pkg/__init__.py\nsrc/pkg/mod.py\ntests/test_mod.py\n"
-    '<|assistant|>\n{"tool": "read_file", "args": {"path": "src/pkg/mod.py", "start_line": 1, "end_line": 40}}\n'
-    "<|tool|>\ndef func(x):\n    raise NotImplementedError\n"
-    '<|assistant|>\n{"tool": "edit_file", "args": {"path": "src/pkg/mod.py", "old": "raise", "new": "return x"}}\n'
-    "<|tool|>\nerror (malformed): not JSON: Expecting value at column 1\n"
-    "<|hint|>\nReminder: run the tests (run_tests) before you submit.\n"
-    '<|assistant|>\n{"tool": "run_tests", "args": {"paths": ["tests/test_mod.py"]}}\n'
-    "<|tool|>\n===== 3 passed, 1 failed in 0.12s =====\nexit status 1\n"
-    '<|assistant|>\n{"tool": "submit", "args": {}}\n'
-)
-
-
-def byte_bpe_tokenizer(corpus: Iterable[str] = (_CHAT_CORPUS,), *, vocab_size: int = 512) -> PreTrainedTokenizerBase:
-    """A byte-level BPE tokenizer trained here on `corpus` (by default a few chat-format turns),
-    with ``<bos>``, ``<eos>`` and ``<pad>``: every byte has a token, so it encodes any text."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=["<bos>", "<eos>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
-
-
-def tiny_causal_lm(tokenizer: PreTrainedTokenizerBase, *, family: Literal["llama", "mixtral"] = "llama",
-                   seed: int = 0, max_position_embeddings: int = 2048) -> PreTrainedModel:
-    """A randomly initialized 2-layer model (hidden 64, 4 query heads of 16, 2 key/value heads)
-    over `tokenizer`'s vocabulary: Llama, or Mixtral with 4 stacked experts (top 2)."""
-    from transformers import (
-        LlamaConfig,
-        LlamaForCausalLM,
-        MixtralConfig,
-        MixtralForCausalLM,
-    )
-
-    common: dict[str, Any] = {
-        "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": max_position_embeddings,
-        "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-    }
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        if family == "llama":
-            return LlamaForCausalLM(LlamaConfig(**common))
-        return MixtralForCausalLM(MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2))
-
+    return OpenAIPolicy(model, tokenizer, base_url=generator.url, served_model=generator.model,
+                        api_key=os.environ.get(generator.api_key_env) or None,
+                        sync_weights=_resolve_hook(generator.sync) if generator.sync else None, **common)

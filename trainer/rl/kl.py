@@ -40,6 +40,8 @@ __all__ = [
     "feedback_kl_loss",
     "final_hidden",
     "naive_token_kl",
+    "padded_batch",
+    "predicting_rows",
 ]
 
 KLKind = Literal["reverse", "forward", "jsd"]
@@ -221,15 +223,16 @@ def final_hidden(model: Transformer, tokens_BT: Tensor) -> Tensor:
     return normed_BTD
 
 
-def _padded(sequences: Sequence[Tensor]) -> Tensor:
-    # Padding goes after each sequence, where a causal model never looks from the target positions.
+def padded_batch(sequences: Sequence[Tensor]) -> Tensor:
+    """int64 sequences as one zero-padded batch [B, T]. Padding goes after each sequence, where a
+    causal model never looks from the target positions."""
     batch_BT = torch.zeros(len(sequences), max(len(s) for s in sequences), dtype=torch.long)
     for i, sequence in enumerate(sequences):
         batch_BT[i, :len(sequence)] = sequence
     return batch_BT
 
 
-def _predicting_rows(hidden_BTD: Tensor, spans: Sequence[tuple[int, int]]) -> Tensor:
+def predicting_rows(hidden_BTD: Tensor, spans: Sequence[tuple[int, int]]) -> Tensor:
     """The hidden state that predicts each target token (the one before it), for all sequences: [N, D]."""
     return torch.cat([hidden_BTD[i, start - 1:stop - 1] for i, (start, stop) in enumerate(spans)])
 
@@ -262,9 +265,9 @@ def feedback_kl_loss(model: Transformer, tokens_student: Sequence[Tensor], token
             raise ValueError(f"sequence {i}: the student's and the teacher's target tokens differ")
     device = model.output.weight.device
     with torch.no_grad():
-        teacher_hidden_BTD = final_hidden(model, _padded(tokens_teacher).to(device))
-    student_hidden_BTD = final_hidden(model, _padded(tokens_student).to(device))
-    kl_N = chunked_token_kl(_predicting_rows(student_hidden_BTD, span_student),
-                            _predicting_rows(teacher_hidden_BTD, span_teacher),
+        teacher_hidden_BTD = final_hidden(model, padded_batch(tokens_teacher).to(device))
+    student_hidden_BTD = final_hidden(model, padded_batch(tokens_student).to(device))
+    kl_N = chunked_token_kl(predicting_rows(student_hidden_BTD, span_student),
+                            predicting_rows(teacher_hidden_BTD, span_teacher),
                             model.output.weight, kind=kind, chunk_size=chunk_size)
     return kl_N.mean()

@@ -1,0 +1,205 @@
+"""What the RL loop asks of a policy (`RLPolicy`), and the trainer's own MoE model as one.
+
+`RLPolicy` is five methods: write an assistant message (`generate`), turn a finished trajectory
+into tokens with the policy's own tokens marked (`sequence`), score tokens (`token_logprobs`), give
+the feedback KL of a batch of hinted turns (`feedback_kl`), and hear that the weights changed
+(`after_update`). Two families implement it:
+
+- ``[rl.policy] kind = "trainer"``: the trainer's `Transformer` with the byte tokenizer
+  (`TrainerPolicy`, here), sharded over the recipe's meshes or not;
+- ``kind = "hf"``: a `transformers` causal LM with its tokenizer (`trainer.rl.hf_policy`).
+
+With several processes `TrainerPolicy` samples from a full replica of the weights on each rank
+(refreshed from the FSDP2 shards after every update), while log-probs and the loss run on the
+sharded model, with the same forward passes on every rank: a rank without a hint runs the KL on
+an empty example, and the feedback KL takes the model's full logits of the hinted sequences (the
+chunked path needs the unsharded output weight, so it is the one-process path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+from torch import Tensor
+
+from trainer.pretrain.data import ByteTokenizer
+from trainer.rl.chat import Message, Trajectory, render_prefix
+from trainer.rl.feedback import FeedbackExample, Hint, encode_feedback
+from trainer.rl.kl import (
+    feedback_kl_loss,
+    naive_token_kl,
+    padded_batch,
+    predicting_rows,
+)
+
+if TYPE_CHECKING:
+    from trainer.model import Transformer
+    from trainer.rl.kl import KLKind
+
+__all__ = ["ByteSampler", "RLPolicy", "TokenSequence", "TrainerPolicy", "trajectory_sequence"]
+
+
+@dataclass(kw_only=True, slots=True)
+class TokenSequence:
+    """A conversation as tokens."""
+
+    tokens: list[int]
+    mask: list[bool]
+    """True at positions whose token the policy generated (its assistant messages)."""
+
+
+class RLPolicy(Protocol):
+    """What the RL loop needs of a policy (see the module docstring)."""
+
+    def generate(self, messages: Sequence[Message], generator: torch.Generator) -> str:
+        """The next assistant message after `messages`, sampled with randomness from `generator`."""
+        ...
+
+    def sequence(self, trajectory: Trajectory) -> TokenSequence:
+        """The whole conversation as tokens with the policy's own marked, cut from the left to the context."""
+        ...
+
+    def token_logprobs(self, tokens: list[int]) -> Tensor:
+        """log p(token_t | tokens_<t) for t = 1 .. T-1, with gradients to the trained weights."""
+        ...
+
+    def feedback_kl(self, hinted: Sequence[tuple[Trajectory, Hint]], *, kind: KLKind, chunk_size: int) -> Tensor:
+        """Mean over the target tokens of the hinted turns of the student's divergence from the teacher."""
+        ...
+
+    def after_update(self) -> None:
+        """The trained weights changed: bring the sampler up to date."""
+        ...
+
+
+class ByteSampler:
+    """Samples assistant messages from the trainer's model over the byte tokenizer."""
+
+    def __init__(self, model: Transformer, *, max_new_tokens: int, temperature: float, device: torch.device) -> None:
+        self.model = model
+        self.tokenizer = ByteTokenizer()
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.device = device
+        self.context = model.config.max_seq_len
+
+    def encode_prefix(self, text: str) -> list[int]:
+        """BOS and the text's bytes (no EOS: the model continues it), cut from the left to fit."""
+        ids = [self.tokenizer.bos_id, *text.encode("utf-8")]
+        room = self.context - self.max_new_tokens
+        return ids if len(ids) <= room else [self.tokenizer.bos_id, *ids[len(ids) - room + 1:]]
+
+    @torch.no_grad()
+    def generate(self, messages: Sequence[Message], generator: torch.Generator) -> str:
+        """One assistant message: sampled until EOS, the start of another block, or the limit."""
+        ids = self.encode_prefix(render_prefix(messages))
+        out: list[int] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for _ in range(self.max_new_tokens):
+                tokens = torch.tensor([ids + out], device=self.device)
+                logits = self.model(tokens)[0, -1].float()
+                allowed = torch.full_like(logits, float("-inf"))
+                allowed[:256] = 0.0  # bytes, and EOS; never BOS or PAD
+                allowed[self.tokenizer.eos_id] = 0.0
+                logits = logits + allowed
+                probs = torch.softmax(logits / self.temperature, dim=-1)
+                token = int(torch.multinomial(probs.cpu(), 1, generator=generator))
+                if token == self.tokenizer.eos_id:
+                    break
+                out.append(token)
+                if bytes(out[-3:]) == b"\n<|":
+                    out = out[:-3]
+                    break
+        finally:
+            self.model.train(was_training)
+        return bytes(out).decode("utf-8", errors="replace")
+
+
+def trajectory_sequence(trajectory: Trajectory, context: int) -> TokenSequence:
+    """The whole conversation as byte tokens, with the assistant messages marked, cut from the left
+    to ``context`` tokens."""
+    tokenizer = ByteTokenizer()
+    tokens, mask = [tokenizer.bos_id], [False]
+    for message in trajectory.messages:
+        head = f"<|{message.role}|>\n".encode()
+        body = message.content.rstrip("\n").encode("utf-8")
+        tokens += [*head, *body, *b"\n"]
+        generated = message.role == "assistant"
+        mask += [False] * len(head) + [generated] * len(body) + [False]
+    if len(tokens) > context:
+        tokens, mask = tokens[-context:], mask[-context:]
+    return TokenSequence(tokens=tokens, mask=mask)
+
+
+class TrainerPolicy:
+    """The trainer's own model as the RL loop's policy (`RLPolicy`): messages sampled from
+    `rollout_model` (a full replica with several processes; else `model` itself), log-probs and the
+    feedback KL from `model` (FSDP2-sharded with several processes)."""
+
+    def __init__(self, model: Transformer, rollout_model: Transformer, *, max_new_tokens: int, temperature: float,
+                 device: torch.device, distributed: bool) -> None:
+        self.model = model
+        self.rollout_model = rollout_model
+        self.sampler = ByteSampler(rollout_model, max_new_tokens=max_new_tokens, temperature=temperature,
+                                   device=device)
+        self.context = self.sampler.context
+        self.device = device
+        self.distributed = distributed
+
+    def generate(self, messages: Sequence[Message], generator: torch.Generator) -> str:
+        return self.sampler.generate(messages, generator)
+
+    def sequence(self, trajectory: Trajectory) -> TokenSequence:
+        return trajectory_sequence(trajectory, self.context)
+
+    def token_logprobs(self, tokens: list[int]) -> Tensor:
+        ids = torch.tensor([tokens], device=self.device)
+        logits = self.model(ids)[0, :-1].float()
+        return torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
+
+    def feedback_kl(self, hinted: Sequence[tuple[Trajectory, Hint]], *, kind: KLKind, chunk_size: int) -> Tensor:
+        """The chunked feedback KL in one process; with shards, the full-logits one, on an empty
+        example when this rank has no hints (the other ranks' forwards need this rank's)."""
+        examples = [encode_feedback(trajectory, hint, max_len=self.context) for trajectory, hint in hinted]
+        if self.distributed:
+            return _full_logits_kl(self.model, examples or [_empty_example()], kind)
+        return feedback_kl_loss(self.model, [e.student_tokens for e in examples], [e.teacher_tokens for e in examples],
+                                [e.student_span for e in examples], [e.teacher_span for e in examples],
+                                kind=kind, chunk_size=chunk_size)
+
+    def after_update(self) -> None:
+        """With shards, refresh the rollout replica from them."""
+        if self.distributed:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
+            self.rollout_model.load_state_dict(full)
+
+
+def _full_logits_kl(model: Transformer, examples: Sequence[FeedbackExample], kind: KLKind) -> Tensor:
+    """The feedback KL from the model's own forward (full logits of the hinted sequences): the path
+    for a sharded model, whose root forward must run for its parameters to be gathered."""
+    device = model.rope_cos.device
+    with torch.no_grad():
+        teacher_BTV = model(padded_batch([e.teacher_tokens for e in examples]).to(device)).float()
+    student_BTV = model(padded_batch([e.student_tokens for e in examples]).to(device)).float()
+    rows_student = predicting_rows(student_BTV, [e.student_span for e in examples])
+    rows_teacher = predicting_rows(teacher_BTV, [e.teacher_span for e in examples])
+    return naive_token_kl(rows_student, rows_teacher, kind=kind).mean()
+
+
+def _empty_example() -> FeedbackExample:
+    """A hinted turn whose teacher and student are the same sequence: its KL is 0. A rank without
+    hints runs it so that every rank makes the same forward passes."""
+    tokenizer = ByteTokenizer()
+    tokens = torch.tensor([tokenizer.bos_id, *b"{}", tokenizer.eos_id])
+    return FeedbackExample(hint=Hint(turn=0, text="", detector="none"), student_tokens=tokens, teacher_tokens=tokens,
+                           student_span=(1, 4), teacher_span=(1, 4))
