@@ -13,6 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from taskforge import is_test_path
+from trainer.model import Transformer, config_from_preset
+from trainer.pretrain.data import ByteTokenizer
 from trainer.rl.chat import (
     Message,
     Trajectory,
@@ -21,7 +24,6 @@ from trainer.rl.chat import (
     render,
     render_prefix,
 )
-from trainer.pretrain.data import ByteTokenizer
 from trainer.rl.feedback import (
     DETECTORS,
     Detector,
@@ -29,12 +31,12 @@ from trainer.rl.feedback import (
     Hint,
     MalformedCallDetector,
     OverlongMessageDetector,
+    TestEditDetector,
     UnknownToolDetector,
     UntestedSubmitDetector,
     default_detectors,
     detect_all,
     encode_feedback,
-    looks_like_test_path,
     make_detector,
     teacher_context,
 )
@@ -46,7 +48,6 @@ from trainer.rl.kl import (
     final_hidden,
     naive_token_kl,
 )
-from trainer.model import Transformer, config_from_preset
 
 TOOLS = ("list_files", "read_file", "edit_file", "run_tests", "submit")
 
@@ -132,11 +133,16 @@ def test_untested_submit_needs_a_test_run_that_ran() -> None:
 @pytest.mark.parametrize(("path", "is_test"), [
     ("tests/test_mod.py", True), ("pkg/tests/helpers.py", True), ("test/data.json", True),
     ("test_mod.py", True), ("src/pkg/mod_test.py", True), ("conftest.py", True), ("src/conftest.py", True),
+    ("testing/helpers.py", True), ("tests\\helpers.py", True),
     ("src/pkg/mod.py", False), ("src/pkg/testing.py", False), ("src/pkg/contest.py", False),
-    ("latest_results.py", False), ("tests.py", False),
+    ("latest_results.py", False), ("tests.py", False), ("pytest.ini", False),
 ])
-def test_looks_like_test_path(path: str, is_test: bool) -> None:
-    assert looks_like_test_path(path) is is_test
+def test_test_edit_detector_reads_test_paths_as_taskforge_does(path: str, is_test: bool) -> None:
+    """The detector's test files are taskforge's (`is_test_path`, pytest's default layout, which
+    counts testing/ folders too), with backslashes read as separators."""
+    edit = scripted([call("edit_file", path=path, old="a", new="b")])
+    assert bool(TestEditDetector().detect(edit)) is is_test
+    assert is_test_path(path.replace("\\", "/")) is is_test
 
 
 def test_registry_and_options() -> None:

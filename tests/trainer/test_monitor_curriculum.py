@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.datasets.reader import read_tasks
+from taskforge import is_test_path, read_tasks
 from trainer.rl.chat import Message, Trajectory, Turn, parse_tool_call
 from trainer.rl.curriculum import Curriculum
 from trainer.rl.episodes import Episode, load_episodes, split_by_repository
@@ -87,6 +87,20 @@ def test_monitor_leaves_ordinary_work_alone() -> None:
     trajectory = scripted(*ORDINARY)
     assert monitor(trajectory) == []
     assert as_hints([]) == [] and set(flag_counts([]).values()) == {0}
+
+
+@pytest.mark.parametrize(("path", "flagged"), [
+    ("testing/test_iniconfig.py", True), ("testing/test_iniconfig.py::test_parse", True),
+    ("testing/conftest_helpers.py", True), ("src/tests/helpers.py", True), ("tests\\test_a.py", True),
+    ("mod_test.py", True), ("conftest.py", True), ("pytest.ini", True),
+    ("src/iniconfig/__init__.py", False), ("src/pkg/testing.py", False), ("tox.ini", False), ("tests.py", False),
+])
+def test_test_edits_are_taskforges_test_paths(path: str, flagged: bool) -> None:
+    """An edit is of a test when taskforge's `is_test_path` says so of its file (a node id's
+    ``::test`` part dropped), or when it edits pytest.ini."""
+    edit = scripted(call("edit_file", path=path, old="a", new="b"))
+    assert [f.kind for f in monitor(edit)] == (["test_edit"] if flagged else [])
+    assert is_test_path(path.replace("\\", "/").split("::")[0]) is (flagged and path != "pytest.ini")
 
 
 def test_one_hint_per_turn_with_each_kind_once() -> None:

@@ -14,7 +14,8 @@ ones, by registry name:
 
     unknown_tool    a call to a tool that is not in the trajectory's tool list
     malformed_call  a message that is not a well-formed call, or a call with wrong arguments
-    test_edit       an edit of a file that looks like a test (tests/, test_*.py, conftest.py, ...)
+    test_edit       an edit of test code (``taskforge.is_test_path``: tests/, test/, testing/,
+                    test_*.py, *_test.py, conftest.py)
     untested_submit a submit before any run_tests call
     overlong        an assistant message longer than `max_chars` characters
 """
@@ -23,9 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from taskforge import is_test_path
 from trainer.rl.chat import Message, Trajectory, Turn, render_prefix
 
 if TYPE_CHECKING:
@@ -47,7 +48,6 @@ __all__ = [
     "default_detectors",
     "detect_all",
     "encode_feedback",
-    "looks_like_test_path",
     "make_detector",
     "teacher_context",
 ]
@@ -120,20 +120,10 @@ class MalformedCallDetector:
         return hints
 
 
-def looks_like_test_path(path: str) -> bool:
-    """True for a path inside a ``tests/`` or ``test/`` folder, or named ``test_*.py``,
-    ``*_test.py`` or ``conftest.py``."""
-    pure = PurePosixPath(path.replace("\\", "/"))
-    name = pure.name
-    return (any(part in ("tests", "test") for part in pure.parts[:-1])
-            or (name.startswith("test_") and name.endswith(".py"))
-            or name.endswith("_test.py")
-            or name == "conftest.py")
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TestEditDetector:
-    """A call of an editing tool on a path that looks like a test file (`looks_like_test_path`)."""
+    """A call of an editing tool on test code: a path that taskforge's `is_test_path` (pytest's
+    default layout) calls a test (backslashes read as separators)."""
 
     __test__: ClassVar[bool] = False  # not a pytest test class, despite its name
     name: ClassVar[str] = "test_edit"
@@ -144,7 +134,8 @@ class TestEditDetector:
         text = "Do not edit tests; change the package code."
         return [Hint(turn=i, text=text, detector=self.name) for i, turn in enumerate(trajectory.turns)
                 if turn.call.ok and turn.call.name in self.edit_tools
-                and isinstance(path := turn.call.args.get("path"), str) and looks_like_test_path(path)]
+                and isinstance(path := turn.call.args.get("path"), str)
+                and is_test_path(path.replace("\\", "/"))]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

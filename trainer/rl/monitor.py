@@ -20,8 +20,9 @@ kind                   what it flags
                        argument
 ``installed_package``  an installed copy: ``site-packages``, ``dist-packages``, ``/usr/lib/python``,
                        ``/usr/local/lib/python``
-``test_edit``          an edit of a test: under ``tests/``, ``test/`` or ``testing/``, ``test_*.py``,
-                       ``*_test.py``, ``conftest.py``, ``pytest.ini``
+``test_edit``          an edit of a test (``taskforge.is_test_path``: under ``tests/``, ``test/`` or
+                       ``testing/``, ``test_*.py``, ``*_test.py``, ``conftest.py``; a pytest node id
+                       counts as its file) or of ``pytest.ini``
 =====================  ===========================================================================
 
 Which strings are looked at: every path argument (``path``, ``paths``) of every tool; for an
@@ -40,8 +41,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
+from taskforge import is_test_path
 from trainer.rl.chat import Trajectory, Turn
 
 __all__ = ["FLAG_KINDS", "HINTS", "Flag", "as_hints", "flag_counts", "monitor"]
@@ -78,8 +81,8 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
 }
 _GIT_HISTORY = re.compile(r"\bgit\s+(?:-\S+\s+)*(?:log|show|cat-file|rev-list|reflog|fsck|ls-tree|verify-pack|"
                           r"unpack-objects|for-each-ref|blame|grep|checkout|restore|stash)\b")
-_TEST_DIRS = frozenset({"tests", "test", "testing"})
-_TEST_FILES = re.compile(r"^(?:test_.*\.py|.*_test\.py|conftest\.py|pytest\.ini)$")
+_TEST_CONFIG = "pytest.ini"
+"""Not test code, but it decides what the tests do: an edit of it is flagged as one of a test."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -133,7 +136,7 @@ def _turn_flags(turn: Turn) -> Iterator[tuple[str, str]]:
         for text in _strings(value):
             if name in _PATH_ARGS:
                 yield from _access(call.name, name, text)
-                if editing and _is_test_path(text):
+                if editing and _edits_tests(text):
                     yield "test_edit", f"{call.name} {name}={text!r}"
             elif name in _COMMAND_ARGS:
                 yield from _access(call.name, name, text)
@@ -161,11 +164,10 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def _is_test_path(path: str) -> bool:
-    parts = [p for p in path.replace("\\", "/").split("::")[0].split("/") if p not in ("", ".")]
-    if not parts:
-        return False
-    return bool(_TEST_FILES.match(parts[-1])) or any(p in _TEST_DIRS for p in parts[:-1])
+def _edits_tests(path: str) -> bool:
+    """Whether an edit of `path` (a pytest node id names its file) changes the tests."""
+    file = path.replace("\\", "/").split("::")[0]
+    return is_test_path(file) or PurePosixPath(file).name == _TEST_CONFIG
 
 
 def _excerpt(text: str, start: int, end: int, width: int = 40) -> str:
