@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
+from enum import StrEnum
 from typing import Any, Literal, Protocol
 
-__all__ = ["ScorerFactory", "Task", "TaskScorer", "Verdict", "is_ambiguous_doctest_id", "is_doctest_id"]
+__all__ = ["RejectReason", "ScorerFactory", "Task", "TaskScorer", "Verdict", "is_ambiguous_doctest_id", "is_doctest_id", "reject_reason"]
 
 
 def is_doctest_id(nodeid: str) -> bool:
@@ -115,3 +116,75 @@ class ScorerFactory(Protocol):
     ``make_scorer(backend, limits, timeout_s)`` (``taskforge.scoring.scorer.gate_scorer`` is one)."""
 
     def __call__(self, backend: Any, limits: Any, timeout_s: float, /) -> AbstractContextManager[TaskScorer]: ...
+
+
+
+class RejectReason(StrEnum):
+    """Why a candidate did not become a task: the fixed vocabulary of ``mine-summary.json``'s
+    ``rejections`` and ``taskforge inspect --rejections``. Members are strings
+    (``RejectReason.GOLD_FAILS == "gold_fails"``), so summaries and reports read as before."""
+
+    # the removal
+    REMOVAL_NOT_APPLICABLE = "removal_not_applicable"
+    REMOVAL_TOUCHES_TESTS = "removal_touches_tests"
+    SYNTAX_ERROR = "syntax_error"
+    PACKAGE_IMPORT_FAILED = "package_import_failed"
+    UNHIDEABLE_TEST = "unhideable_test"
+
+    # the failing-test runs and the start state
+    NO_FAILING_TESTS = "no_failing_tests"
+    FLAKY_FAIL_TO_PASS = "flaky_fail_to_pass"
+    HIDDEN_TEST_STILL_VISIBLE = "hidden_test_still_visible"
+    FAIL_TO_PASS_PASSES_AT_START = "fail_to_pass_passes_at_start"
+    BREAKS_OTHER_TESTS = "breaks_other_tests"
+    GOLD_FAILS = "gold_fails"
+    GOLD_DOES_NOT_RESTORE = "gold_does_not_restore"
+
+    # a failing-test run that did not report its tests (taskforge.repo.suite.RunStatus)
+    AFFECTED_COLLECTION_ERRORS = "affected_collection_errors"
+    AFFECTED_TIMEOUT = "affected_timeout"
+    AFFECTED_OOM = "affected_oom"
+    AFFECTED_NO_TESTS = "affected_no_tests"
+    AFFECTED_CRASHED = "affected_crashed"
+
+    # a start-state run that did not report its tests
+    START_STATE_COLLECTION_ERRORS = "start_state_collection_errors"
+    START_STATE_TIMEOUT = "start_state_timeout"
+    START_STATE_OOM = "start_state_oom"
+    START_STATE_NO_TESTS = "start_state_no_tests"
+    START_STATE_CRASHED = "start_state_crashed"
+
+    # the problem statement and the audit
+    STATEMENT_LEAKS_CODE = "statement_leaks_code"
+    AUDIT_FINDINGS = "audit_findings"
+    AUDIT_EMPTY_FINGERPRINT = "audit_empty_fingerprint"
+
+    # the scorer's verdict (a status other than ok: taskforge.scoring.rewards.RewardStatus)
+    GOLD_SCORES_0 = "gold_scores_0"
+    EMPTY_PATCH_SCORES_1 = "empty_patch_scores_1"
+    SCORER_TIMEOUT = "scorer_timeout"
+    SCORER_PATCH_FAILED = "scorer_patch_failed"
+    SCORER_TAMPERED = "scorer_tampered"
+    SCORER_INFRA_ERROR = "scorer_infra_error"
+
+    # an error of an LLM removal agent or statement writer, or of its sandbox
+    LLM_ERROR = "llm_error"
+    LLM_TIMEOUT = "llm_timeout"
+    LLM_SERVER_ERROR = "llm_server_error"
+    LLM_REQUEST_REJECTED = "llm_request_rejected"
+    LLM_MALFORMED_OUTPUT = "llm_malformed_output"
+    LLM_BUDGET_EXHAUSTED = "llm_budget_exhausted"
+    SANDBOX_ERROR = "sandbox_error"
+    TEST_RUN_FAILED = "test_run_failed"
+
+    # any other error reason a removal agent raises (the detail keeps it)
+    AGENT_FAILED = "agent_failed"
+
+
+def reject_reason(reason: str) -> RejectReason:
+    """The member named by ``reason`` (a ``TaskforgeError.reason`` or ``<stage>_<status>``);
+    ``agent_failed`` when the vocabulary has no such reason."""
+    try:
+        return RejectReason(reason)
+    except ValueError:
+        return RejectReason.AGENT_FAILED

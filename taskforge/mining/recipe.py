@@ -4,7 +4,7 @@
     sources = ["pypi:iniconfig==2.3.1"]         # and/or
     sources_file = "../shared/corpus/projects.tsv"   # relative to the recipe file
 
-    [mine]        MineConfig       (taskforge.mining.pipeline)        tasks and attempts per repository, seed, ...
+    [mine]        MineConfig       (taskforge.mining.config)          tasks and attempts per repository, seed, ...
     [candidates]  CandidateConfig  (taskforge.mining.candidates)  strategies, test-count bounds
     [sandbox]     SandboxLimits    (taskforge.sandbox)     overrides of sandboxes/security.toml
     [ray]         RayConfig        (this module)           cluster address, retries, concurrency
@@ -30,7 +30,7 @@ from typing import Any
 from taskforge.config import checked_value, typed_config
 from taskforge.llm.client import LLMConfig
 from taskforge.mining.candidates import CandidateConfig
-from taskforge.mining.pipeline import MineConfig
+from taskforge.mining.config import MineConfig
 from taskforge.sandbox import SandboxLimits
 
 __all__ = ["MiningRecipe", "RayConfig", "load_recipe", "read_sources", "recipe_from_dict"]

@@ -23,7 +23,8 @@ from typing import Any
 
 from taskforge.datasets.stats import MINE_SUMMARY
 from taskforge.errors import TaskforgeError
-from taskforge.mining.pipeline import MineConfig, RepoResult
+from taskforge.mining.config import MineConfig
+from taskforge.mining.outcome import RepoResult
 from taskforge.mining.recipe import MiningRecipe
 from taskforge.sandbox import SandboxLimits
 from taskforge.task import ScorerFactory

@@ -1,0 +1,128 @@
+"""The baseline: the unmodified suite in new interpreters under different hash seeds, then once in the
+fork server; the stable passing tests, and the tests that depend on the seed."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from taskforge.errors import TestRunError
+from taskforge.mining.outcome import RepoResult
+from taskforge.repo.suite import RunResult, SuiteRunner
+from taskforge.repo.symbols import SymbolIndex
+from taskforge.repo.testfiles import TestLayout
+from taskforge.task import is_ambiguous_doctest_id
+
+__all__ = ["Baseline", "agreed_outcomes", "fork_disagreement", "hash_seeds", "run_baseline", "test_function"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Baseline:
+    passing: tuple[str, ...]
+    """Tests that passed in every baseline run."""
+    tests: tuple[str, ...]
+    """Every test of the first baseline run, whatever its outcome."""
+    coverage: dict[str, dict[str, list[int]]]
+    importable: tuple[str, ...]
+    """Package modules that import at baseline (the import check after a removal uses these)."""
+    seed_dependent: tuple[str, ...] = ()
+    """Tests whose node id or outcome differed between runs under different hash seeds: in
+    neither FAIL_TO_PASS nor PASS_TO_PASS."""
+    fork_server: str = ""
+    """Whether the repository's later runs fork from a server: ``used``, ``not used: WHY``, or
+    ``fallback: WHY`` (its run disagreed with the new interpreters')."""
+
+
+def hash_seeds(count: int) -> list[int]:
+    """``count`` different PYTHONHASHSEED values, new on every call: a test that depends on the
+    seed should meet seeds it has not met before."""
+    seeds: list[int] = []
+    while len(seeds) < count:
+        seed = secrets.randbelow(4_294_967_295) + 1
+        if seed not in seeds:
+            seeds.append(seed)
+    return seeds
+
+
+def agreed_outcomes(runs: Sequence[RunResult]) -> dict[str, str]:
+    """node id -> outcome of the tests every run has, with the same outcome in all."""
+    first, *rest = runs
+    return {t: r.outcome for t, r in first.results.items()
+            if all(t in other.results and other.results[t].outcome == r.outcome for other in rest)}
+
+
+def fork_disagreement(forked: RunResult, agreed: Mapping[str, str]) -> str:
+    """Why the fork server's run of the unmodified suite cannot stand in for a new interpreter's
+    (empty when it can): it did not run, or a test the new interpreters agree on differs."""
+    if forked.status not in ("ok", "tests_failed"):
+        tail = (forked.output_tail.strip().splitlines() or [""])[-1][:200]
+        return f"the suite {forked.status.replace('_', ' ')} in the fork server: {tail}"
+    differ = [t for t, outcome in agreed.items()
+              if t not in forked.results or forked.results[t].outcome != outcome]
+    if differ:
+        seen = forked.results[differ[0]].outcome if differ[0] in forked.results else "missing"
+        return (f"{len(differ)} test(s) differ from new interpreters' runs (first: {differ[0]}: "
+                f"{agreed[differ[0]]} in new interpreters, {seen} in the fork server)")
+    return ""
+
+
+def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: RepoResult, layout: TestLayout) -> Baseline:
+    """The unmodified suite, ``runs`` times, each in a new interpreter under its own hash seed (the
+    first under coverage); then once in the fork server, which the repository keeps only if that
+    run agrees with them (otherwise every later run starts a new interpreter).
+
+    A test whose node id or outcome is not the same in every run is seed-dependent (or flaky): it
+    joins neither list, and neither do the other parametrizations of its function. Parametrizations
+    over a ``set`` get ids in the set's order (``expected3``), so their ids differ from seed to seed.
+    """
+    seeds = hash_seeds(runs)
+    fresh = [runner.run(coverage=True, imports=sorted(index.modules), env={"PYTHONHASHSEED": str(seeds[0])})]
+    fresh += [runner.run(env={"PYTHONHASHSEED": str(seed)}, fork_server=False) for seed in seeds[1:]]
+    result.runs += runs
+    for run in fresh:
+        if run.status not in ("ok", "tests_failed"):
+            detail = run.collection_errors[0].message if run.collection_errors else run.output_tail.strip()[-200:]
+            raise TestRunError(f"the baseline suite of {runner.snapshot.source} did not run ({run.status}): {detail}",
+                               reason=f"baseline_{run.status}")
+    agreed = agreed_outcomes(fresh)
+    fork_server = "not used: off for this run"
+    if runner.fork_server:
+        forked = runner.run()
+        result.runs += 1
+        if forked.interpreter == "fork":
+            why = fork_disagreement(forked, agreed)
+            if why:
+                runner.fork_server = False
+                fork_server = f"fallback: {why}"
+            else:
+                fork_server = "used"
+                fresh.append(forked)  # one more hash seed, the server's
+        else:  # no server would serve (pytest imports the code under test): one more new interpreter
+            fork_server = f"not used: {forked.interpreter}"
+            fresh.append(forked)
+        agreed = agreed_outcomes(fresh)
+    seen = set().union(*(run.results for run in fresh))
+    # The parametrizations of one test function come from one parametrize call: if some of their
+    # ids differ between seeds, the others only matched by chance (a set's order kept one element
+    # at the same index), and another seed moves them too.
+    unsettled = {test_function(t) for t in seen - set(agreed)}
+    seed_dependent = {t for t in seen if test_function(t) in unsettled}
+    first = fresh[0]
+    # What the scorer, reading ids alone, could take for a test or a doctest either way: in neither list.
+    ambiguous = {t for t in first.results
+                 if is_ambiguous_doctest_id(t, test_module=bool(layout.test_modules([t.split("::", 1)[0]])))}
+    return Baseline(
+        passing=tuple(t for t in first.results
+                      if agreed.get(t) == "passed" and t not in seed_dependent and t not in ambiguous),
+        tests=tuple(first.results),
+        coverage=first.coverage or {},
+        importable=tuple(m for m in sorted(index.modules) if m not in first.import_errors),
+        seed_dependent=tuple(sorted(seed_dependent)),
+        fork_server=fork_server,
+    )
+
+
+def test_function(nodeid: str) -> str:
+    """The node id without its parametrization: ``f.py::test_x[a-1]`` is ``f.py::test_x``."""
+    return nodeid.split("[", 1)[0]
