@@ -102,7 +102,7 @@ class Context:
     layout: TestLayout
     """Which files are tests: the project's pytest configuration, asked of pytest."""
     interfaces: frozenset[str]
-    """Names the environment's dependencies define (taskforge.mining.audit.fingerprint.interface_names)."""
+    """Names the environment's dependencies define (taskforge.mining.audit.vocabulary.interface_names)."""
     scorer: TaskScorer
     """The verdict every task must get before it is written: gold 1.0, the empty patch 0.0."""
 

@@ -121,8 +121,8 @@ def _scan_in_image(tag: str, fingerprint_key: str, fingerprint: Fingerprint, *, 
 def build_task_image(task: Task, *, backend: ImageBackend, limits: SandboxLimits | None = None) -> TaskImage:
     """Build (or find) the task's image and audit it; raises ``TaskforgeError`` (reason
     ``image_audit_findings``) and deletes the image if the audit finds anything."""
-    from taskforge.mining.audit.fingerprint import task_interfaces
     from taskforge.mining.audit.scan import AuditResult, audit_task_state
+    from taskforge.mining.audit.vocabulary import task_interfaces
     from taskforge.repo.patches import apply_patch
     from taskforge.repo.sources import fetch
     from taskforge.repo.startstate import rebuild_start_state

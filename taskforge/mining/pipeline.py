@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from taskforge.mining.audit.fingerprint import Fingerprint, interface_names
+from taskforge.mining.audit.fingerprint import Fingerprint
+from taskforge.mining.audit.vocabulary import interface_names
 from taskforge.mining.baseline import run_baseline
 from taskforge.mining.candidates import Candidate, find_candidates
 from taskforge.mining.checks import (

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from taskforge.errors import TaskforgeError
-from taskforge.mining.audit.fingerprint import Fingerprint, task_interfaces
+from taskforge.mining.audit.fingerprint import Fingerprint
 from taskforge.mining.audit.scan import AuditResult, audit_task_state, scan_image
+from taskforge.mining.audit.vocabulary import task_interfaces
 from taskforge.repo.environment import build_environment
 from taskforge.repo.patches import apply_patch
 from taskforge.repo.sources import Snapshot, fetch

@@ -279,7 +279,7 @@ def test_a_dependencys_interface_is_no_evidence(tmp_path, monkeypatch) -> None: 
     but not the body's n-grams, and not what a dependency's copy of the project defines."""
     import zipfile
 
-    from taskforge.mining.audit.fingerprint import interface_names
+    from taskforge.mining.audit.vocabulary import interface_names
 
     monkeypatch.setenv("TASKFORGE_CACHE", str(tmp_path / "cache"))
     wheelhouse = tmp_path / "wheels"

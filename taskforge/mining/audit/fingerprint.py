@@ -33,13 +33,7 @@ from __future__ import annotations
 import ast
 import bisect
 import difflib
-import hashlib
-import json
-import os
 import re
-import sys
-import sysconfig
-import tempfile
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,20 +55,44 @@ from taskforge.guest.scanner import (
     test_id_patterns,
     token_words,
 )
+from taskforge.mining.audit.vocabulary import (
+    IDENTIFIER,
+    PYTHON_SUFFIXES,
+    Vocabulary,
+    collapsed,
+    format_signature,
+    interior_words,
+    parse,
+    runs,
+    stdlib_vocabulary,
+)
 
-__all__ = ["DEFAULT_NGRAM", "STRATEGIES", "Fingerprint", "build_fingerprint", "interface_names", "task_interfaces"]
+__all__ = ["DEFAULT_NGRAM", "DOCSTRING_CHARS", "Fingerprint", "MAX_ANCHOR_RATE", "MIN_BODY_NAMES", "MIN_CONSTANT", "MIN_DOCSTRING", "MIN_NGRAM", "STRATEGIES", "build_fingerprint"]
+
 
 DEFAULT_NGRAM = 12
 """Twelve normalized tokens (about one and a half lines of code): long enough that an unrelated
 package does not share one by chance once the start state's n-grams are out, short enough that a
 five-line body yields a dozen."""
+
+
 MIN_NGRAM = 4
+
+
 MIN_CONSTANT = 6
+
+
 MIN_DOCSTRING = 24
+
+
 DOCSTRING_CHARS = 160
 """Docstrings are cut to their first 160 characters: rendered docs keep the opening sentences
 verbatim more often than the reST-heavy rest."""
+
+
 MIN_BODY_NAMES = 3
+
+
 MAX_ANCHOR_RATE = 2e-4
 """An n-gram is kept only if the share of standard library modules expected to hold all of its
 anchor words (independence assumed) is at most this: a word no module uses with one in every
@@ -82,9 +100,9 @@ seventh module, or three that are each in one module of twenty. Every kept n-gra
 audit tokenize the files that hold its anchor, so this bounds the audit's cost; an n-gram of
 common words only would make it tokenize half of site-packages for evidence the other n-grams
 give anyway."""
+
+
 STRATEGIES = ("body", "symbol", "module")
-_PYTHON_SUFFIXES = (".py", ".pyi")
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -152,11 +170,6 @@ class Fingerprint:
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# What one changed file lost
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclass(kw_only=True, slots=True)
 class _FileLoss:
     token_runs: list[list[str]] = field(default_factory=list)
@@ -214,11 +227,11 @@ def _token_runs(text: str, removed: set[int]) -> list[list[str]]:
 def _module_name(path: str, known: set[str]) -> str | None:
     """``src/pkg/mod.py`` -> ``pkg.mod``: climb while the parent folder is a package."""
     pure = PurePosixPath(path)
-    if pure.suffix not in _PYTHON_SUFFIXES:
+    if pure.suffix not in PYTHON_SUFFIXES:
         return None
     parts = [] if pure.stem == "__init__" else [pure.stem]
     parent = pure.parent
-    while parent != PurePosixPath(".") and any(str(parent / f"__init__{s}") in known for s in _PYTHON_SUFFIXES):
+    while parent != PurePosixPath(".") and any(str(parent / f"__init__{s}") in known for s in PYTHON_SUFFIXES):
         parts.insert(0, parent.name)
         parent = parent.parent
     return ".".join(parts) or None
@@ -242,23 +255,12 @@ def _definitions(tree: ast.Module) -> dict[str, ast.AST]:
     return found
 
 
-def _parse(text: str | None) -> ast.Module | None:
-    if text is None:
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
-
-
 @lru_cache(maxsize=64)
 def _analyzed(text: str) -> tuple[ast.Module | None, dict[str, ast.AST], frozenset[int]]:
     """The tree of ``text``, its definitions and its docstring nodes, once per text and process:
     the tasks of one repository change the same original files again and again. The trees are
     shared, so nothing may modify them."""
-    tree = _parse(text)
+    tree = parse(text)
     if tree is None:
         return None, {}, frozenset()
     return tree, _definitions(tree), frozenset(_docstring_nodes(tree))
@@ -273,27 +275,6 @@ def _docstring_nodes(tree: ast.Module) -> set[int]:
                 assert isinstance(first, ast.Expr)
                 ids.add(id(first.value))
     return ids
-
-
-def _format_signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
-    args = node.args
-    positional = [*args.posonlyargs, *args.args]
-    first_default = len(positional) - len(args.defaults)
-    parts = []
-    for i, arg in enumerate(positional):
-        parts.append(arg.arg + ("=..." if i >= first_default else ""))
-        if args.posonlyargs and i == len(args.posonlyargs) - 1:
-            parts.append("/")
-    if args.vararg is not None:
-        parts.append("*" + args.vararg.arg)
-    elif args.kwonlyargs:
-        parts.append("*")
-    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
-        parts.append(arg.arg + ("=..." if default is not None else ""))
-    if args.kwarg is not None:
-        parts.append("**" + args.kwarg.arg)
-    keyword = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
-    return f"{keyword} {node.name}({', '.join(parts)})"
 
 
 def _is_hollow(node: ast.AST) -> bool:
@@ -346,7 +327,7 @@ def _plain_string(value: str) -> bool:
 def _file_loss(path: str, before: str, after: str | None, *, strategy: str, known: set[str]) -> _FileLoss:
     removed = _removed_lines(before, after or "")
     loss = _FileLoss(token_runs=_token_runs(before, removed))
-    if not path.endswith(_PYTHON_SUFFIXES):
+    if not path.endswith(PYTHON_SUFFIXES):
         return loss
     tree_before, defs_before, _ = _analyzed(before)
     if tree_before is None:
@@ -366,7 +347,7 @@ def _file_loss(path: str, before: str, after: str | None, *, strategy: str, know
         if module:
             loss.dotted.append(f"{module}.{qualname}")
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            loss.signatures.append(_format_signature(node))
+            loss.signatures.append(format_signature(node))
         if strategy != "body" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             docstring = ast.get_docstring(node, clean=True)
             if docstring:
@@ -397,12 +378,7 @@ def _string_constants(text: str) -> tuple[tuple[int, str], ...]:
 def _identifiers(text: str) -> frozenset[str]:
     """The identifiers of a start-state text, once per text and process (the tasks of one
     repository see nearly the same files)."""
-    return frozenset(_IDENTIFIER.findall(text))
-
-
-# ---------------------------------------------------------------------------------------------
-# What the start state shows
-# ---------------------------------------------------------------------------------------------
+    return frozenset(IDENTIFIER.findall(text))
 
 
 class _StartState:
@@ -419,205 +395,12 @@ class _StartState:
                 self.document_frequency[word] = self.document_frequency.get(word, 0) + 1
 
     def contains(self, text: str) -> bool:
-        inner = _interior_words(text)
-        return any(text in content for content in self.files.values() if inner <= _runs(content))
+        inner = interior_words(text)
+        return any(text in content for content in self.files.values() if inner <= runs(content))
 
     def contains_collapsed(self, text: str) -> bool:
-        inner = _interior_words(text)  # collapsing whitespace leaves the words as they are
-        return any(text in _collapsed(content) for content in self.files.values() if inner <= _runs(content))
-
-
-_RUN = re.compile(r"[A-Za-z0-9_]+")
-
-
-@lru_cache(maxsize=4096)
-def _runs(text: str) -> frozenset[str]:
-    """The maximal runs of word characters of ``text``, once per text and process."""
-    return frozenset(_RUN.findall(text))
-
-
-def _interior_words(value: str) -> frozenset[str]:
-    """The runs of word characters of ``value`` with a non-word character on both sides inside
-    it: wherever ``value`` occurs, each of them is a whole run there too (a cheap test before a
-    substring search; the first and last may be parts of longer words)."""
-    return frozenset(m.group() for m in _RUN.finditer(value) if 0 < m.start() and m.end() < len(value))
-
-
-@lru_cache(maxsize=4096)
-def _collapsed(text: str) -> str:
-    return normalize_docstring(text)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Vocabulary:
-    """How common words and strings are in Python code at large, judged by the standard library."""
-
-    document_frequency: dict[str, int]
-    """identifier -> how many standard library modules use it."""
-    literals: str
-    """Every short string literal of the standard library and its tests, NUL-separated."""
-    modules: int
-    found_in: dict[str, list[int]] = field(default_factory=dict)
-    """identifier -> the modules that use it, for identifiers in at most :data:`_FOUND_IN_MAX`."""
-
-    def co_occur(self, words: Sequence[str]) -> bool:
-        """Whether some standard library module uses all of ``words``: then they make an idiom
-        (``textwrap`` with ``dedent``, ``chain`` with ``from_iterable``) that any package may hold,
-        however rare each word is. A word used too widely to be listed is taken to be in every
-        module that holds the others."""
-        listed: list[list[int]] = []
-        for word in words:
-            count = self.document_frequency.get(word, 0)
-            if count == 0:
-                return False
-            if count <= _FOUND_IN_MAX:
-                listed.append(self.found_in.get(word, []))
-        if not listed:
-            return True
-        listed.sort(key=len)
-        common = set(listed[0])
-        for other in listed[1:]:
-            common.intersection_update(other)
-            if not common:
-                return False
-        return bool(common)
-
-    def common_literal(self, value: str) -> bool:
-        """Whether ``value`` is (part of) a standard library literal, or one of its identifiers."""
-        if value in self.document_frequency:
-            return True
-        if len(value) > _LITERAL_CHARS or "\0" in value:
-            return False  # longer than any literal kept, or across two of them
-        return value in self.literals
-
-    def rate(self, word: str) -> float:
-        """The share of modules that hold ``word`` (smoothed: an unseen word is not impossible)."""
-        return (self.document_frequency.get(word, 0) + 1) / self.modules
-
-
-@lru_cache(maxsize=1)
-def _stdlib_vocabulary() -> _Vocabulary:
-    """The identifiers and short string literals of the standard library's sources, as a stand-in
-    for what any third-party package may hold. Literals come from its test suite too: hidden tests
-    assert on CPython's own error messages (``"invalid literal for int"``), which other packages'
-    tests quote as well. Reading the sources takes a second or so; the result is kept in the cache
-    folder, keyed by the interpreter and the standard library's location."""
-    from taskforge.paths import cache_root
-
-    root = sysconfig.get_paths()["stdlib"]
-    key = hashlib.sha256(f"{sys.version}\0{root}\0{_VOCABULARY_FORMAT}".encode()).hexdigest()[:16]
-    stored = cache_root() / "audit" / f"vocabulary-{key}.json"
-    try:
-        data = json.loads(stored.read_text(encoding="utf-8"))
-        return _Vocabulary(document_frequency=data["document_frequency"], literals=data["literals"],
-                           modules=data["modules"], found_in=data["found_in"])
-    except (OSError, ValueError, KeyError):
-        pass  # not stored yet (or damaged): read the sources
-    vocabulary = _read_stdlib_vocabulary(root)
-    stored.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".vocabulary-", dir=stored.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump({"document_frequency": vocabulary.document_frequency, "literals": vocabulary.literals,
-                   "modules": vocabulary.modules, "found_in": vocabulary.found_in}, handle)
-    os.replace(tmp, stored)
-    return vocabulary
-
-
-_VOCABULARY_FORMAT = 2
-_LITERAL_CHARS = 80
-"""The longest standard library literal kept in the vocabulary."""
-_FOUND_IN_MAX = 64
-
-
-def _read_stdlib_vocabulary(root: str) -> _Vocabulary:
-    skip = {"site-packages", "dist-packages", "idlelib", "__pycache__"}
-    tests = {"test", "tests"}
-    frequency: dict[str, int] = {}
-    found_in: dict[str, list[int]] = {}
-    literals: set[str] = set()
-    literal = re.compile(rf"""'([^'\\\n]{{1,{_LITERAL_CHARS}}})'|"([^"\\\n]{{1,{_LITERAL_CHARS}}})\"""")
-    modules = 0
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = [s for s in subfolders if s not in skip]
-        in_tests = not tests.isdisjoint(PurePosixPath(os.path.relpath(folder, root)).parts)
-        for name in files:
-            if not name.endswith(".py"):
-                continue
-            try:
-                with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as handle:
-                    text = handle.read()
-            except OSError:
-                continue
-            for single, double in literal.findall(text):
-                literals.add(single or double)
-            if in_tests:
-                continue  # word rarity is judged on library code only
-            modules += 1
-            for word in set(_IDENTIFIER.findall(text)):
-                frequency[word] = frequency.get(word, 0) + 1
-                found_in.setdefault(word, []).append(modules)
-    found_in = {word: ids for word, ids in found_in.items() if len(ids) <= _FOUND_IN_MAX}
-    return _Vocabulary(document_frequency=frequency, literals="\0".join(sorted(literals)), modules=max(modules, 1),
-                       found_in=found_in)
-
-
-_INTERFACES_FORMAT = 2
-_INTERFACE_FILE_BYTES = 1 << 20
-
-
-def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = ()) -> frozenset[str]:
-    """The signatures (``def name(a, b=...)``, as the fingerprint writes them) of every function
-    and method defined in the Python files of the wheels in ``wheelhouse`` (the environment's
-    dependencies, which the image installs): the interfaces a project may implement or override.
-
-    Files that lie under a folder or module named like one of ``own`` (the project's top-level
-    packages and modules) are left out: a dependency that vendors the project
-    (``setuptools/_vendor/more_itertools``) holds copies, not interfaces, and a copy in the image
-    must stay evidence. Read once per set of wheels and kept in the cache folder; an absent
-    wheelhouse (a task audited on another machine) gives none, which only makes the audit stricter."""
-    import zipfile
-
-    from taskforge.paths import cache_root
-
-    folder = os.fspath(wheelhouse)
-    try:
-        wheels = sorted(name for name in os.listdir(folder) if name.endswith(".whl"))
-    except OSError:
-        return frozenset()
-    own_names = sorted({PurePosixPath(name).stem for name in own})
-    key = hashlib.sha256("\0".join([str(_INTERFACES_FORMAT), *own_names, "", *wheels]).encode()).hexdigest()[:16]
-    stored = cache_root() / "audit" / f"interfaces-{key}.json"
-    try:
-        return frozenset(json.loads(stored.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        pass
-    signatures: set[str] = set()
-    for wheel in wheels:
-        try:
-            with zipfile.ZipFile(os.path.join(folder, wheel)) as archive:
-                for info in archive.infolist():
-                    parts = PurePosixPath(info.filename).parts
-                    if (not info.filename.endswith(_PYTHON_SUFFIXES) or info.file_size > _INTERFACE_FILE_BYTES
-                            or any(PurePosixPath(part).stem in own_names for part in parts)):
-                        continue
-                    tree = _parse(archive.read(info).decode("utf-8", "replace"))
-                    if tree is not None:
-                        signatures.update(_format_signature(node) for node in ast.walk(tree)
-                                          if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
-        except (OSError, zipfile.BadZipFile):
-            continue  # an unreadable wheel would not install either
-    stored.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".interfaces-", dir=stored.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(sorted(signatures), handle)
-    os.replace(tmp, stored)
-    return frozenset(signatures)
-
-
-def task_interfaces(task: Any) -> frozenset[str]:
-    """:func:`interface_names` of a task row's environment (its ``environment`` JSON)."""
-    env = json.loads(task.environment)
-    return interface_names(env["wheelhouse"], own=env.get("package_paths", ()))
+        inner = interior_words(text)  # collapsing whitespace leaves the words as they are
+        return any(text in collapsed(content) for content in self.files.values() if inner <= runs(content))
 
 
 def _cut_docstring(docstring: str) -> str:
@@ -632,7 +415,7 @@ def _token_words(token: str) -> tuple[str, ...]:
     return tuple(token_words(token))
 
 
-def _ngram_anchor(words: set[str], vocabulary: _Vocabulary, state: _StartState) -> tuple[str, ...] | None:
+def _ngram_anchor(words: set[str], vocabulary: Vocabulary, state: _StartState) -> tuple[str, ...] | None:
     """Every word of an n-gram, rarest first, if the rarest is the project's own name, or if files
     holding its :data:`ANCHOR_WORDS` rarest are rare enough (:data:`MAX_ANCHOR_RATE`, as if the
     words were independent) and no standard library module holds them all (they are not an
@@ -649,7 +432,7 @@ def _ngram_anchor(words: set[str], vocabulary: _Vocabulary, state: _StartState) 
     return None
 
 
-def _own_name(word: str, vocabulary: _Vocabulary) -> bool:
+def _own_name(word: str, vocabulary: Vocabulary) -> bool:
     """A project's own identifier (``_merge_continuations``): long, several words, never used in
     the standard library. It anchors an n-gram on its own."""
     return word not in vocabulary.document_frequency and is_distinctive(word)
@@ -723,7 +506,7 @@ def build_fingerprint(
                 windows.setdefault(h, set()).update(*per_token[start:start + n])
     candidate_words = {w for words in windows.values() for w in words}
     state = _StartState(visible, candidate_words)
-    vocabulary = _stdlib_vocabulary()
+    vocabulary = stdlib_vocabulary()
     common_identifiers = vocabulary.document_frequency
 
     ngrams: dict[int, tuple[str, ...]] = {}

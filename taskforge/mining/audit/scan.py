@@ -90,7 +90,7 @@ def audit_start_state(
 
     ``before``/``after``: the changed files' original and start-state texts; ``visible``: every
     text file of the start state (what the fingerprint must not contain); ``interfaces``: names
-    the environment's dependencies define (``taskforge.mining.audit.fingerprint.interface_names``).
+    the environment's dependencies define (``taskforge.mining.audit.vocabulary.interface_names``).
     """
     started = time.monotonic()
     fingerprint = build_fingerprint(before=before, after=after, visible=visible, strategy=strategy, test_ids=test_ids,
