@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
-__all__ = ["cache_root", "sandboxes_dir"]
+__all__ = ["cache_key", "cache_root", "sandboxes_dir"]
 
 
 def cache_root() -> Path:
@@ -16,13 +17,25 @@ def cache_root() -> Path:
     return (Path(xdg) / "taskforge").resolve()
 
 
-def sandboxes_dir() -> Path:
-    """The ``sandboxes/`` folder of image definitions (Dockerfile templates, security settings).
+def cache_key(*parts: bytes | str) -> str:
+    """The sha256 (hex) of ``parts``, each followed by a NUL byte: the one way cache entries and
+    image tags are named from what they hold (callers keep as many hex digits as they need)."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()
 
-    taskforge is installed from its source checkout (``pip install -e .``), so the folder sits
-    beside the package.
+
+def sandboxes_dir() -> Path:
+    """The ``sandboxes/`` folder of image definitions (Dockerfile templates, the base image's build
+    script, security settings).
+
+    It ships inside the package (``taskforge/sandboxes``): in a checkout that is a link to the
+    top-level ``sandboxes/``, and a wheel holds a copy (package data).
     """
-    path = Path(__file__).resolve().parent.parent / "sandboxes"
-    if not path.is_dir():
-        raise FileNotFoundError(f"sandboxes/ not found at {path}; install taskforge from its source checkout")
+    path = Path(__file__).resolve().parent / "sandboxes"
+    if not (path / "security.toml").is_file():
+        raise FileNotFoundError(f"sandboxes/ not found at {path}: this install of taskforge is incomplete; "
+                                "reinstall it (pip install taskforge, or pip install -e . in a checkout)")
     return path

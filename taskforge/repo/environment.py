@@ -37,7 +37,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from taskforge.errors import DependencyError, EnvironmentBuildError, SandboxError
-from taskforge.paths import cache_root, sandboxes_dir
+from taskforge.paths import cache_key, cache_root, sandboxes_dir
 from taskforge.repo.requirements import DetectedRequirement, detect_test_requirements
 from taskforge.repo.sources import Snapshot
 from taskforge.sandbox import SandboxBackend
@@ -114,12 +114,6 @@ def host_python(version: str) -> str:
     return found
 
 
-def _digest(*parts: bytes | str) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode() if isinstance(part, str) else part)
-        h.update(b"\0")
-    return h.hexdigest()
 
 
 def _pip(python: str, args: Sequence[str], *, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -312,7 +306,7 @@ def build_environment(
     python = host_python(base.python)
     detected = detect_test_requirements(snapshot.path)
     templates = sandboxes_dir() / "templates"
-    key = _digest(
+    key = cache_key(
         snapshot.commit,
         base.image_id,
         json.dumps(detected.to_json(), sort_keys=True),
@@ -361,9 +355,9 @@ def build_environment(
         wheel_digests = sorted(
             f"{w.name}:{hashlib.sha256(w.read_bytes()).hexdigest()}" for w in wheelhouse.glob("*.whl")
         )
-        dist_digest = _digest(*(f"{n}:{hashlib.sha256(c).hexdigest()}" for n, c in sorted(project.dist_info.items())))
+        dist_digest = cache_key(*(f"{n}:{hashlib.sha256(c).hexdigest()}" for n, c in sorted(project.dist_info.items())))
         template = (templates / "env.Dockerfile").read_text()
-        image_hash = _digest(base.image_id, template, *wheel_digests, dist_digest, json.dumps(metadata, sort_keys=True))
+        image_hash = cache_key(base.image_id, template, *wheel_digests, dist_digest, json.dumps(metadata, sort_keys=True))
         tag = f"taskforge-env-{own}:{image_hash[:16]}"
         labels = {"taskforge.env.repo": snapshot.name, "taskforge.env.base": base.tag}
         label_text = " ".join(f'{k}="{v}"' for k, v in labels.items())

@@ -12,8 +12,6 @@ over the snapshot's repository, which is only read. No checkout is written: a st
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Self
 
 from taskforge.errors import TaskforgeError
+from taskforge.repo.git import GitResult, run_git
 
 __all__ = ["Changes", "StateTrees", "apply_patch", "diff", "materialize"]
 
@@ -33,23 +32,18 @@ _GIT_ENV = {
     "GIT_COMMITTER_NAME": "taskforge",
     "GIT_COMMITTER_EMAIL": "taskforge@localhost",
     "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_TERMINAL_PROMPT": "0",
 }
 
 
+def _run(repo: Path, *args: str, stdin: str | None = None, env: Mapping[str, str] | None = None) -> GitResult:
+    result = run_git(*args, cwd=repo, stdin=stdin, env={**_GIT_ENV, **(env or {})})
+    if not result.ok:
+        raise TaskforgeError(f"git {args[0]} failed: {result.stderr.strip()[:300]}", reason="patch_failed")
+    return result
+
+
 def _git(repo: Path, *args: str, stdin: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        ["git", "-c", "core.autocrlf=false", "-c", "core.quotepath=false", *args],
-        cwd=repo,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **_GIT_ENV, **(env or {})},
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise TaskforgeError(f"git {args[0]} failed: {proc.stderr.strip()[:300]}", reason="patch_failed")
-    return proc.stdout
+    return _run(repo, *args, stdin=stdin, env=env).stdout
 
 
 def _write(root: Path, changes: Changes) -> None:
@@ -182,12 +176,7 @@ class StateTrees:
 
     def blob(self, object_id: str) -> bytes:
         """The bytes of a blob of the snapshot's store or the scratch one."""
-        proc = subprocess.run(["git", "cat-file", "blob", object_id], cwd=self.snapshot, capture_output=True,
-                              env={**os.environ, **_GIT_ENV, **self._env}, check=False)
-        if proc.returncode != 0:
-            raise TaskforgeError(f"git cat-file failed: {proc.stderr.decode(errors='replace').strip()[:300]}",
-                                 reason="patch_failed")
-        return proc.stdout
+        return _run(self.snapshot, "cat-file", "blob", object_id, env=self._env).raw
 
 
 def apply_patch(snapshot: Path, changes: Changes, patch: str) -> dict[str, str | None]:

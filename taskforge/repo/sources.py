@@ -41,7 +41,8 @@ from packaging.utils import canonicalize_name, canonicalize_version
 from packaging.version import InvalidVersion, Version
 
 from taskforge.errors import SourceError
-from taskforge.paths import cache_root
+from taskforge.paths import cache_key, cache_root
+from taskforge.repo.git import run_git
 
 __all__ = ["ParsedSource", "Snapshot", "SourceKind", "fetch", "parse_source"]
 
@@ -64,14 +65,6 @@ _SCP_RE = re.compile(r"[A-Za-z0-9_][\w.+-]*@[A-Za-z0-9_][\w.-]*:")
 _PYPI_NAME_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _SDIST_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar", ".zip")
 
-# Applied to every git command we run. Hooks and signing from the user's config must not run on, or
-# change, snapshots; line-ending conversion must not alter the bytes we commit.
-_GIT_CONFIG = (
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "commit.gpgSign=false",
-    "-c", "core.autocrlf=false",
-    "-c", "advice.detachedHead=false",
-)  # fmt: skip
 _SNAPSHOT_COMMIT_ENV = {
     "GIT_AUTHOR_NAME": "taskforge",
     "GIT_AUTHOR_EMAIL": "taskforge@localhost",
@@ -262,8 +255,6 @@ def _publish(tmp: Path, entry: Path, snapshot: Snapshot) -> Snapshot:
     return snapshot
 
 
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
 # --- PyPI ----------------------------------------------------------------------------------------
@@ -380,7 +371,7 @@ def _fetch_git(*, url: str, rev: str | None, cache: Path) -> Snapshot:
         )
 
     def entry_for(commit: str) -> Path:
-        return cache / "git" / _digest(url, commit)
+        return cache / "git" / cache_key(url, commit)[:32]
 
     branch: str | None = None  # a name `git clone --branch` accepts; None clones the default branch
     if rev is not None and _SHA_RE.fullmatch(rev.lower()):
@@ -478,7 +469,7 @@ def _fetch_local(path: Path, *, cache: Path) -> Snapshot:
     files = _scan_plain_folder(path)
     if not files:
         raise SourceError(f"local source {path} holds no files", reason="source_invalid")
-    entry = cache / "local" / _digest("plain", _content_hash(path, files))
+    entry = cache / "local" / cache_key("plain", _content_hash(path, files))[:32]
     if commit := _stored_commit(entry):
         return snapshot(commit, entry)
     with _staging(cache) as tmp:
@@ -494,7 +485,7 @@ def _fetch_local_git(path: Path, *, cache: Path, snapshot: Callable[[str, Path],
         raise SourceError(f"local git repository {path} has no commits", reason="source_invalid")
     head = head.strip()
     changed = _uncommitted_paths(path)
-    entry = cache / "local" / _digest("git", head, _content_hash(path, changed) if changed else "")
+    entry = cache / "local" / cache_key("git", head, _content_hash(path, changed) if changed else "")[:32]
     if commit := _stored_commit(entry):
         return snapshot(commit, entry)
     with _staging(cache) as tmp:
@@ -596,32 +587,13 @@ def _head(repo: Path) -> str:
     return _git("rev-parse", "HEAD", cwd=repo).strip()
 
 
-def _git_env() -> dict[str, str]:
-    # Never wait for a password: fail instead, and let the caller report the source as unreachable.
-    env = {"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
-    if "GIT_SSH_COMMAND" not in os.environ and "GIT_SSH" not in os.environ:
-        env["GIT_SSH_COMMAND"] = "ssh -o BatchMode=yes"
-    return env
-
-
 def _git_run(
     *args: str, cwd: Path | None = None, timeout: float = LOCAL_GIT_TIMEOUT_S, env: dict[str, str] | None = None
 ) -> tuple[int, str, str]:
-    """Run git; return (status, stdout, stderr). Paths in stdout decode as the file system encodes them."""
-    from git.cmd import (
-        Git,  # GitPython runs `git version` on import; keep it out of `import taskforge`
-    )
-
-    status, out, err = Git(cwd).execute(
-        ["git", *_GIT_CONFIG, *args],
-        with_extended_output=True,
-        with_exceptions=False,
-        stdout_as_string=False,
-        kill_after_timeout=timeout,
-        env={**_git_env(), **(env or {})},
-    )
-    stderr = err.decode("utf-8", "replace") if isinstance(err, bytes) else str(err)
-    return int(status or 0), os.fsdecode(out), stderr
+    """Run git (:func:`taskforge.repo.git.run_git`, the user's own configuration kept: credentials,
+    proxies); return (status, stdout, stderr)."""
+    result = run_git(*args, cwd=cwd, env=env, timeout=timeout)
+    return result.status, result.stdout, result.stderr
 
 
 def _git(

@@ -18,11 +18,11 @@ from __future__ import annotations
 import fnmatch
 import os
 import shutil
-import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
 from taskforge.errors import TaskforgeError
+from taskforge.repo.git import run_git
 from taskforge.repo.patches import apply_patch
 from taskforge.repo.sources import Snapshot, fetch
 from taskforge.task import Task
@@ -118,13 +118,10 @@ def write_start_state(snapshot: Snapshot, changes: Mapping[str, str | None], des
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, **START_IDENTITY, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
-           "GIT_CONFIG_GLOBAL": os.devnull}
-    proc = subprocess.run(["git", "-c", "core.autocrlf=false", *args], cwd=repo, env=env,
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise TaskforgeError(f"git {args[0]} in {repo} failed: {proc.stderr.strip()[:300]}", reason="start_state_failed")
-    return proc.stdout
+    result = run_git(*args, cwd=repo, env={**START_IDENTITY, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull})
+    if not result.ok:
+        raise TaskforgeError(f"git {args[0]} in {repo} failed: {result.stderr.strip()[:300]}", reason="start_state_failed")
+    return result.stdout
 
 
 def tracked_texts(root: Path, paths: Iterable[str]) -> dict[str, str]:

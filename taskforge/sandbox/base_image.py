@@ -11,7 +11,6 @@ chosen base is recorded in ``<cache>/base-image.json``; environment builds read 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from taskforge.errors import SandboxError
-from taskforge.paths import cache_root, sandboxes_dir
+from taskforge.paths import cache_key, cache_root, sandboxes_dir
 from taskforge.sandbox import SandboxBackend, SandboxLimits
 
 __all__ = ["BaseImage", "build_base", "current_base", "debian_mirror"]
@@ -66,25 +65,19 @@ def _state_file() -> Path:
     return cache_root() / "base-image.json"
 
 
-def _digest(*parts: bytes | str) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode() if isinstance(part, str) else part)
-        h.update(b"\0")
-    return h.hexdigest()[:16]
 
 
 def build_base(backend: SandboxBackend, *, from_image: str | None = None, force: bool = False) -> BaseImage:
     """Build (or reuse) the base image and record it as the current one."""
     if from_image is None:
         script = sandboxes_dir() / "base" / "build-rootfs.sh"
-        tag = f"{BASE_REPOSITORY}:{_digest(script.read_bytes(), OFFLINE_SUITE)}"
+        tag = f"{BASE_REPOSITORY}:{cache_key(script.read_bytes(), OFFLINE_SUITE)[:16]}"
         origin = f"debootstrap {OFFLINE_SUITE}"
         if force or not backend.image_exists(tag):
             _build_offline(backend, script=script, tag=tag)
     else:
         template = (sandboxes_dir() / "templates" / "base-from.Dockerfile").read_text()
-        recipe_hash = _digest(template, from_image)
+        recipe_hash = cache_key(template, from_image)[:16]
         tag = f"{BASE_REPOSITORY}:from-{recipe_hash}"
         origin = f"from {from_image}"
         if force or not backend.image_exists(tag):

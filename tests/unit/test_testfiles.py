@@ -59,3 +59,21 @@ def test_a_module_holding_doctests_is_source_to_the_scorer() -> None:
                            tests=tests) == ("keep", "")
     assert classify_change("pkg/tests.py", "modified", before="x = 1\n", after="x = 2\n", binary=False,
                            tests=tests)[0] == "tamper"
+
+
+@pytest.mark.parametrize("layout", [DEFAULT_LAYOUT, TestLayout(python_files=("tests.py", "check_*.py"),
+                                                                 testpaths=("pkg/tests",))])
+@pytest.mark.parametrize("path", [
+    "pkg/testing/x.py", "pkg/tests/helpers.py", "test/util.py", "tests/test_a.py", "pkg/mod_test.py",
+    "pkg/tests.py", "pkg/check_x.py", "pkg/mod.py", "pkg/testing.py", "docs/conf.py", "src/pkg/core.py",
+])
+def test_mining_and_scoring_agree_on_every_test_file(layout: TestLayout, path: str) -> None:
+    """What mining may put in a gold patch (source: not a test file of the layout) is exactly what
+    the scorer keeps of a candidate's edit; a test file's edit is dropped, never kept. One
+    definition (TestLayout.is_test_file, is_test_path for the default) decides both."""
+    mining_says_test = layout.is_test_file(path)
+    verdict, _ = classify_change(path, "modified", before="x = 1\n", after="x = 2\n", binary=False,
+                                 tests=TestPaths.of([], [], layout=layout))
+    assert (verdict == "drop") is mining_says_test and (verdict == "keep") is (not mining_says_test)
+    if layout is DEFAULT_LAYOUT:
+        assert is_test_path(path) is mining_says_test
