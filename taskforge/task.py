@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
-from pathlib import PurePosixPath
 from enum import StrEnum
+from pathlib import PurePosixPath
 from typing import Any, Literal, Protocol
 
 __all__ = ["RejectReason", "ScorerFactory", "Task", "TaskScorer", "Verdict", "is_ambiguous_doctest_id", "is_doctest_id", "reject_reason"]

@@ -8,7 +8,6 @@ candidate id); a key the folder already holds is not scored again, so an interru
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
