@@ -1,0 +1,1 @@
+"""Continued pretraining: token streams from Parquet (`data`) and the training loop (`loop`)."""
