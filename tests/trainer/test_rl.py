@@ -1,4 +1,6 @@
-"""RL mode end to end on the CPU: real mined tasks, the real sandbox and scorer, checkpoint and resume."""
+"""RL mode: its recipes (sections, and the errors of old flat ones), the pieces of a step in one
+process, and end to end on the CPU: real mined tasks, the real sandbox and scorer, checkpoint and
+resume, one and two processes."""
 
 from __future__ import annotations
 
@@ -11,12 +13,15 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import torch
 
 from trainer.recipe import load_recipe, recipe_from_dict
-from trainer.rl.chat import Message, ToolCall, Trajectory, Turn
+from trainer.rl.chat import Message, ToolCall, Trajectory, Turn, parse_tool_call
 from trainer.rl.config import MOVED, RLConfig
-from trainer.rl.loop import grpo_advantages
-from trainer.rl.policy import trajectory_sequence
+from trainer.rl.feedback import DETECTORS, make_detector
+from trainer.rl.loop import feedback, grpo_advantages, log_step, update
+from trainer.rl.policy import TrainerPolicy, trajectory_sequence
+from trainer.runtime import RunLog, Runtime, build_model, build_optimizer
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_RL = ROOT / "recipes/train/tiny-rl-cpu.toml"
@@ -139,3 +144,44 @@ def test_an_rl_step_on_two_gloo_processes(tmp_path, local_sample, session_cache)
     (line,) = [json.loads(text) for text in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(line["rewards"]) == 4 and len(set(line["tasks"])) == 2 and math.isfinite(line["loss"])
     assert (out / "checkpoints" / "step_000001" / "manifest.json").is_file()
+
+
+def _episode(text: str, reward: float) -> Trajectory:
+    """A one-turn trajectory whose assistant message is `text`, scored `reward`."""
+    call = parse_tool_call(text)
+    trajectory = Trajectory(task_id="t", tools=("read_file", "submit"), reward=reward, reward_status="ok", messages=[
+        Message(role="system", content="sys"), Message(role="user", content="fix it"),
+        Message(role="assistant", content=text), Message(role="tool", content="ok"),
+    ])
+    trajectory.turns.append(Turn(index=2, text=text, call=call, observation="ok",
+                                 error="" if call.ok else "not JSON", error_kind="" if call.ok else "malformed"))
+    return trajectory
+
+
+def test_feedback_update_and_log_of_one_step_in_one_process(tmp_path: Path) -> None:
+    """The step's pieces without a sandbox: feedback hints the malformed turn, update moves the
+    tiny model by the policy gradient and the KL, and log_step writes the metrics line."""
+    recipe = load_recipe(TINY_RL, [f'output_dir="{tmp_path}"', "model.max_seq_len=256"])
+    runtime = Runtime(rank=0, world_size=1, device=torch.device("cpu"), out=tmp_path)
+    model = build_model(recipe.model, seed=0, device=runtime.device)
+    optimizer = build_optimizer(recipe.optimizer, model, distributed=False)
+    policy = TrainerPolicy(model, model, max_new_tokens=8, temperature=1.0, device=runtime.device, distributed=False)
+    trajectories = [_episode('{"tool": "submit"}', 1.0), _episode("submit please", 0.0)]
+
+    hints, stats = feedback(trajectories, [make_detector(name) for name in DETECTORS])
+    assert [(t is trajectories[1], h.turn, h.detector) for t, h in hints] == [(True, 0, "malformed_call")]
+    assert (stats.turns, stats.hinted_turns, stats.tool_errors, stats.rewards) == (2, 1, 1, [1.0, 0.0])
+
+    before = [p.detach().clone() for p in model.parameters()]
+    assert recipe.rl is not None
+    stats.pg_loss, stats.kl = update(policy, optimizer, trajectories, hints, config=recipe.rl, runtime=runtime)
+    assert math.isfinite(stats.pg_loss) and stats.pg_loss != 0 and stats.kl > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+    with RunLog(recipe, runtime, resumed_from=None, step=0) as log:
+        log_step(log, stats, runtime=runtime, kl_coef=recipe.rl.kl.coef, step=1, tasks=["t"], solve_rates={},
+                 lr=0.1, started=0.0, validation_tasks=0)
+    (line,) = [json.loads(text) for text in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert line["loss"] == stats.pg_loss + 0.5 * stats.kl and line["hints"] == {"malformed_call": 1}
+    assert line["hint_fraction"] == 0.5 and line["reward_mean"] == 0.5
+    assert json.loads((tmp_path / "run.json").read_text())["recipe"]["rl"]["kl"]["coef"] == 0.5

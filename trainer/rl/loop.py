@@ -105,6 +105,8 @@ def rl_train(recipe: Recipe) -> None:
         curriculum.load_state_dict(json.loads(state.data["curriculum"]))
     policy.after_update()
 
+    detectors = [make_detector(name, **({"max_chars": config.overlong_chars} if name == "overlong" else {}))
+                 for name in DETECTORS]
     last = recipe.train.last_step
     with (RunLog(recipe, runtime, resumed_from=latest, step=step, tensorboard=config.tensorboard) as log,
           EpisodeRunner(config) as runner):
@@ -117,7 +119,7 @@ def rl_train(recipe: Recipe) -> None:
                                                  seed=recipe.seed, runtime=runtime)
             for instance_id, rewards in task_rewards:
                 curriculum.update(instance_id, rewards)
-            hints, stats = feedback(trajectories, runner.detectors)
+            hints, stats = feedback(trajectories, detectors)
             stats.pg_loss, stats.kl = update(policy, optimizer, trajectories, hints, config=config, runtime=runtime)
             log_step(log, stats, runtime=runtime, kl_coef=config.kl.coef, step=step, tasks=chosen,
                      solve_rates=curriculum.report(), lr=optimizer.param_groups[0]["lr"], started=started,
@@ -155,16 +157,13 @@ def build_policy(recipe: Recipe, runtime: Runtime) -> tuple[RLPolicy, torch.nn.M
 
 class EpisodeRunner:
     """Runs episodes of the coding environment (`trainer.rl.env.CodingEnv`). The setup is done once:
-    the sandbox backend and limits, the reward (the in-process scorer, or the reward server's
-    client), and the feedback detectors; `close` stops the scorer."""
+    the sandbox backend and limits, and the reward (the in-process scorer, or the reward server's
+    client); `close` stops the scorer."""
 
     def __init__(self, config: RLConfig) -> None:
         from taskforge import RewardClient, SandboxLimits, Scorer, open_backend
 
         self.config = config
-        self.detectors: list[Detector] = [
-            make_detector(name, **({"max_chars": config.overlong_chars} if name == "overlong" else {}))
-            for name in DETECTORS]
         self.backend = open_backend("docker")
         self.limits = SandboxLimits.load(memory_mb=config.memory_mb)
         self.scorer: Scorer | None = None
