@@ -134,6 +134,7 @@ def build_policy(recipe: Recipe, runtime: Runtime) -> tuple[RLPolicy, torch.nn.M
     RNG is seeded once the trained weights exist (as in pretraining)."""
     config: RLConfig = recipe.rl  # type: ignore[assignment]
     device, distributed = runtime.device, runtime.distributed
+    optimizer: torch.optim.Optimizer
     if config.policy.kind == "hf":
         from trainer.optim.hf_muon import build_hf_optimizer
         from trainer.rl.hf_policy import load_hf_policy
