@@ -41,7 +41,28 @@ _API = {
 }
 """Public name -> the module that defines it (imported on first use)."""
 
-__all__ = ["__version__", *sorted(_API)]
+__all__ = [
+    "__version__",
+    "Environment",
+    "RewardClient",
+    "RewardResult",
+    "RewardScorer",
+    "Sandbox",
+    "SandboxBackend",
+    "SandboxError",
+    "SandboxLimits",
+    "Scorer",
+    "Task",
+    "TaskforgeError",
+    "TestLayout",
+    "WORKSPACE",
+    "checked_value",
+    "is_test_path",
+    "open_backend",
+    "read_tasks",
+    "rebuild_start_state",
+    "typed_config",
+]
 
 if TYPE_CHECKING:
     from taskforge.config import checked_value, typed_config

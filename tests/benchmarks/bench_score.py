@@ -227,6 +227,29 @@ def _throughput(tasks: Sequence[Task], *, backend: SandboxBackend, limits: Sandb
     return report
 
 
+def _on_this_engine(tasks: list[Task], backend: SandboxBackend) -> list[Task]:
+    """The tasks, each naming an environment image this engine has: a task whose image is missing
+    (the committed sample names the image as the machine that mined it built it; the base image,
+    debootstrapped, differs from machine to machine) gets its repository's environment built here."""
+    from dataclasses import replace
+
+    from taskforge.repo.environment import build_environment
+    from taskforge.repo.sources import fetch
+    from taskforge.sandbox.base_image import current_base
+
+    built: dict[str, Environment] = {}
+    out = []
+    for task in tasks:
+        if not backend.image_exists(task.image_name):
+            if task.source not in built:
+                built[task.source] = build_environment(fetch(task.source), backend=backend, base=current_base(backend))
+                print(f"{task.image_name} is not on this engine: built {built[task.source].image} for {task.source}")
+            env = built[task.source]
+            task = replace(task, image_name=env.image, environment=json.dumps(env.to_json()))
+        out.append(task)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=Path, nargs="+", default=[_REPO_ROOT / "datasets" / "sample"],
@@ -244,6 +267,7 @@ def main() -> None:
     if not tasks:
         raise SystemExit(f"no tasks in {', '.join(map(str, args.tasks))}")
     backend = open_backend("docker")
+    tasks = _on_this_engine(tasks, backend)
     limits = SandboxLimits.load()
     load_before = os.getloadavg()
     began = time.monotonic()

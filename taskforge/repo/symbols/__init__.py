@@ -61,7 +61,7 @@ resolved), :mod:`~taskforge.repo.symbols.scanner` (one file's definitions, bindi
 
 from taskforge.repo.symbols.build import build_index
 from taskforge.repo.symbols.index import Symbol, SymbolIndex, SymbolKind
-from taskforge.repo.symbols.source import (  # noqa: F401  public outside __all__, as before the split
+from taskforge.repo.symbols.source import (
     absolute_module,
     definition_span,
     dotted_name,
@@ -70,6 +70,6 @@ from taskforge.repo.symbols.source import (  # noqa: F401  public outside __all_
     read_source,
     render_module,
 )
-from taskforge.repo.testfiles import is_test_path
 
-__all__ = ["Symbol", "SymbolIndex", "SymbolKind", "build_index", "is_test_path"]
+__all__ = ["Symbol", "SymbolIndex", "SymbolKind", "absolute_module", "build_index", "definition_span", "dotted_name",
+           "literal_strings", "parse_source", "read_source", "render_module"]
