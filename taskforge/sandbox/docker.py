@@ -17,6 +17,7 @@ import struct
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Self
@@ -60,6 +61,15 @@ def _short(err: BaseException) -> str:
     """The first line of an SDK error, without the noise around it."""
     text = getattr(err, "explanation", None) or str(err)
     return " ".join(str(text).split())[:300]
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """A container as the engine's listing gives it."""
+
+    id: str
+    name: str
+    labels: dict[str, str]
 
 
 class DockerBackend:
@@ -126,7 +136,10 @@ class DockerBackend:
         removed = []
         for container in self._managed():
             if everything or self._leaked(container):
-                container.remove(force=True)
+                try:
+                    self.api.remove_container(container.id, force=True)
+                except docker.errors.NotFound:
+                    continue  # another process on this engine removed it first
                 removed.append(container.name)
         return removed
 
@@ -134,11 +147,15 @@ class DockerBackend:
         """Names of sandboxes whose owning process is gone: what ``gc`` would remove."""
         return [c.name for c in self._managed() if self._leaked(c)]
 
-    def _managed(self) -> list[Any]:
-        return list(self.client.containers.list(all=True, filters={"label": MANAGED_LABEL}))
+    def _managed(self) -> list[_Listed]:
+        """taskforge's containers, from one listing: other processes on the engine start and remove
+        theirs meanwhile, so nothing here inspects a container one by one (it may be gone)."""
+        rows = self.api.containers(all=True, filters={"label": MANAGED_LABEL})
+        return [_Listed(id=row["Id"], name=(row.get("Names") or [row["Id"][:12]])[0].lstrip("/"),
+                        labels=row.get("Labels") or {}) for row in rows]
 
     @staticmethod
-    def _leaked(container: Any) -> bool:
+    def _leaked(container: _Listed) -> bool:
         owner_host = container.labels.get(_OWNER_HOST)
         owner_pid = int(container.labels.get(_OWNER_PID, "0"))
         return not (owner_host == socket.gethostname() and _pid_alive(owner_pid))

@@ -5,7 +5,7 @@
 For each project both pipelines mine the same candidates in the same order (same seed) on the
 same environment image, baseline and index, interleaved project by project:
 - fast: one warm container per repository, affected tests first (twice), the full suite once;
-- naive (`_check_naive`): a fresh container for every check and the full suite for every check,
+- naive (`check_naive`): a fresh container for every check and the full suite for every check,
   and each task's image audit in a fresh container of its own (fast: one scan per repository).
 
 CPU time is what each pipeline causes: this process and its children, and the containers it
