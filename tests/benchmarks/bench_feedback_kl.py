@@ -6,8 +6,8 @@
 Both variants compute the per-token KL of a student from a teacher over the vocabulary, with the
 logits hidden @ weight.T in float32, then the backward of its mean into the student's hidden states
 and the weight:
-- naive: `trainer.kl.naive_token_kl` on full [T, V] logits (the teacher's under no_grad);
-- chunked: `trainer.kl.chunked_token_kl`, `--chunk-size` rows of logits at a time.
+- naive: `trainer.rl.kl.naive_token_kl` on full [T, V] logits (the teacher's under no_grad);
+- chunked: `trainer.rl.kl.chunked_token_kl`, `--chunk-size` rows of logits at a time.
 
 Each run is a fresh Python process, so that neither allocator caches nor an earlier peak carry
 over. It warms the variant up on tiny inputs, allocates the inputs, reads its resident memory
@@ -47,7 +47,7 @@ def _peak_rss_mb() -> float:
 
 def _worker(args: argparse.Namespace) -> None:
     import torch
-    from trainer.kl import chunked_token_kl, naive_token_kl
+    from trainer.rl.kl import chunked_token_kl, naive_token_kl
 
     def run(student_TD: torch.Tensor, teacher_TD: torch.Tensor, weight_VD: torch.Tensor) -> torch.Tensor:
         if args.worker == "naive":

@@ -7,7 +7,7 @@ Four gloo ranks on the CPU, one thread each. Two models, each wrapped with `full
 - "moe" (unless --no-moe): a small MoE transformer whose attention (per head) and stacked experts
   (per expert) go to Muon.
 For each, two optimizers step the same FSDP2 parameters with the same gradients:
-- sharded: `trainer.sharded_muon.ShardedMuonWithAdamW` (each unit orthogonalized once, by its owner),
+- sharded: `trainer.optim.sharded_muon.ShardedMuonWithAdamW` (each unit orthogonalized once, by its owner),
   with buckets of --bucket-kib (1 MiB: four 256 x 512 bf16 matrices, so four buckets pipeline);
 - redundant: every rank all-gathers each full gradient and parameter (`full_tensor()`), steps an
   unsharded optimizer over full copies (`torch.optim.Muon` for "matrices", `muon_reference` for
@@ -84,8 +84,8 @@ def _timed(step: Callable[[], None], steps: int) -> list[float]:
 def _bench_rank(rank: int, world_size: int, model_kind: str, steps: int, bucket_bytes: int) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from trainer.muon_reference import MuonConfig, MuonWithAdamW, RoutingRule
-    from trainer.sharded_muon import ShardedMuonWithAdamW
+    from trainer.optim.muon_reference import MuonConfig, MuonWithAdamW, RoutingRule
+    from trainer.optim.sharded_muon import ShardedMuonWithAdamW
 
     from trainer.model import MatrixLayout, ModelConfig, Transformer, matrix_layouts
 

@@ -3,7 +3,7 @@
     python -m tests.benchmarks.gpu_muon [--out gpu-muon.json] [--peak-tflops 790]
     python -m tests.benchmarks.gpu_muon --dry-run      # tiny sizes on the CPU: checks the script runs
 
-1. Newton-Schulz throughput: the batched bf16 iteration of `trainer.muon_reference.newton_schulz`
+1. Newton-Schulz throughput: the batched bf16 iteration of `trainer.optim.muon_reference.newton_schulz`
    on stacks of expert and head matrices of the presets, in TFLOP/s and as a fraction of a dense
    bf16 peak (--peak-tflops, 790 by default).
 2. One training step of the largest preset that fits on the device (bf16 autocast, float32
@@ -26,14 +26,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from trainer.muon_reference import (
+from trainer.optim.muon_reference import (
     KELLER_COEFFICIENTS,
     AdamWConfig,
     MuonConfig,
     build_muon_adamw,
     newton_schulz,
 )
-from trainer.sharded_muon import build_sharded_muon_adamw, newton_schulz_flops
+from trainer.optim.sharded_muon import build_sharded_muon_adamw, newton_schulz_flops
 
 from trainer.model import PRESETS, ModelConfig, Transformer, count_parameters
 

@@ -217,3 +217,23 @@ def test_the_public_api_resolves_every_name_it_lists() -> None:
     assert set(taskforge.__all__) == {"__version__", *taskforge._API}
     for name in taskforge._API:
         assert getattr(taskforge, name) is getattr(__import__(taskforge._API[name], fromlist=[name]), name)
+
+
+def test_every_import_of_ours_in_the_benchmarks_resolves() -> None:
+    """The benchmarks are run by hand: an import that moved (inside a function too) must fail here."""
+    import importlib
+    import importlib.util
+
+    broken = []
+    for path in sorted((ROOT / "tests" / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and _ours(node.module) and not node.level:
+                try:
+                    module = importlib.import_module(node.module)
+                except ImportError as err:
+                    broken.append(f"{path.name}:{node.lineno}: {err}")
+                    continue
+                broken += [f"{path.name}:{node.lineno}: {node.module} has no {a.name}" for a in node.names
+                           if not hasattr(module, a.name)
+                           and importlib.util.find_spec(f"{node.module}.{a.name}") is None]
+    assert broken == []
