@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Self
 
@@ -62,6 +62,7 @@ from taskforge.scoring.rewards import (
     load_predictions,
 )
 from taskforge.scoring.tamper import (
+    DEFAULT_CONFIG_FILES,
     TestPaths,
     classify_change,
     lint_python,
@@ -88,10 +89,35 @@ _GUARD_SOURCE = guest.source_path("guard")
 _GUARD_PROPERTY = "taskforge.guard"
 _TAMPERED_PROPERTY = "taskforge.tampered"
 _MAX_PATCH_BYTES = 8 * 1024 * 1024
-_PLUGINS_SCRIPT = (
-    "import importlib.metadata as m, json; "
-    "print(json.dumps(sorted({ep.module for ep in m.entry_points(group='pytest11')})))"
-)
+_FACTS_SCRIPT = r"""
+import importlib.metadata as m, json, re
+plugins = sorted({ep.module for ep in m.entry_points(group="pytest11")})
+names = []
+try:  # the configuration files this pytest reads, from its own code: no list of ours to fall behind
+    import _pytest.config.findpaths as f
+
+    def consts(code):
+        for c in code.co_consts:
+            if isinstance(c, str):
+                yield c
+            elif isinstance(c, (tuple, frozenset)):
+                yield from (x for x in c if isinstance(x, str))
+            elif hasattr(c, "co_consts"):
+                yield from consts(c)
+
+    names = sorted({c for c in consts(f.locate_config.__code__) if re.fullmatch(r"\.?[\w-]+\.(ini|toml|cfg)", c)})
+except Exception:
+    pass
+print(json.dumps({"plugins": plugins, "config_files": names}))
+"""
+"""Run in a container of the image whose workspace is still empty: the installed pytest plugins,
+and the names of the configuration files the installed pytest reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ImageFacts:
+    plugins: list[str]
+    config_files: frozenset[str]
 
 
 class ContainerPool:
@@ -240,7 +266,7 @@ class Scorer:
         self._work = tempfile.TemporaryDirectory(prefix="taskforge-score-")
         self._states: dict[str, _TaskState] = {}
         self._state_locks: dict[str, threading.Lock] = {}
-        self._plugins: dict[str, list[str]] = {}
+        self._facts: dict[str, _ImageFacts] = {}
         self._lock = threading.Lock()
 
     def __enter__(self) -> Self:
@@ -369,12 +395,14 @@ class Scorer:
         kept: dict[str, bytes | None] = {}
         dropped: list[str] = []
         tampering: list[str] = []
+        # What pytest reads as its configuration, as the image's own pytest says.
+        tests = replace(state.tests, config_files=self._image_facts(task.image_name).config_files)
         for rel, kind, content in _apply_candidate(state.start.path, patch):
             trusted = state.start.path / rel
             before = _text(trusted.read_bytes()) if trusted.is_file() and not trusted.is_symlink() else None
             after = _text(content) if content is not None else None
             binary = content is not None and after is None
-            verdict, why = classify_change(rel, kind, before=before, after=after, binary=binary, tests=state.tests)
+            verdict, why = classify_change(rel, kind, before=before, after=after, binary=binary, tests=tests)
             if verdict == "tamper":
                 tampering.append(why)
                 dropped.append(why)
@@ -393,23 +421,32 @@ class Scorer:
             changes[rel] = text.encode() if text is not None else None
         return _Prepared(changes=changes, kept=sorted(kept), dropped=dropped, tampering=tampering)
 
-    def _trusted_plugins(self, box: Sandbox, image: str) -> list[str]:
-        """The image's installed pytest plugins, read in a container whose workspace is still empty."""
+    def _image_facts(self, image: str, box: Sandbox | None = None) -> _ImageFacts:
+        """The image's installed pytest plugins and the configuration files its pytest reads, read
+        once per image in a container whose workspace is still empty (``box``, or one of the pool's)."""
         with self._lock:
-            if image in self._plugins:
-                return self._plugins[image]
-        found = box.exec(["python", "-P", "-c", _PLUGINS_SCRIPT], timeout_s=60, workdir="/")
+            if image in self._facts:
+                return self._facts[image]
+        own = box is None
+        probe = self.pool.acquire(image) if box is None else box
+        try:
+            found = probe.exec(["python", "-P", "-c", _FACTS_SCRIPT], timeout_s=60, workdir="/")
+        finally:
+            if own:
+                probe.close()
         if found.exit_code != 0:
-            raise SandboxError(f"could not list the pytest plugins of {image}: {found.text().strip()[-300:]}")
-        plugins = [str(p) for p in json.loads(found.stdout.decode().strip().splitlines()[-1])]
+            raise SandboxError(f"could not read the pytest setup of {image}: {found.text().strip()[-300:]}")
+        data = json.loads(found.stdout.decode().strip().splitlines()[-1])
+        facts = _ImageFacts(plugins=[str(p) for p in data["plugins"]],
+                            config_files=frozenset(map(str, data["config_files"])) | DEFAULT_CONFIG_FILES)
         with self._lock:
-            self._plugins[image] = plugins
-        return plugins
+            self._facts[image] = facts
+        return facts
 
     def _run(self, task: Task, state: _TaskState, prepared: _Prepared, select: list[str]) -> RunResult:
         box = self.pool.acquire(task.image_name)
         try:
-            plugins = self._trusted_plugins(box, task.image_name)
+            plugins = self._image_facts(task.image_name, box).plugins
         except BaseException:
             box.close()
             raise

@@ -23,7 +23,7 @@ Policy, in one place (``Rules``):
 | edit or delete of a file that holds a FAIL_TO_PASS/PASS_TO_PASS test (not a module's doctest), or that test_patch touches | tamper |
 | delete of any existing test file | tamper |
 | a new test file, or an edit of another test file | drop |
-| any ``conftest.py``; ``pytest.ini``; the pytest section of setup.cfg, tox.ini or pyproject.toml | tamper |
+| any ``conftest.py``; a file pytest reads whole as its configuration (``pytest.ini``, ``pytest.toml``, their dotted names, and whatever else the image's pytest reads, asked of it); the pytest section of setup.cfg, tox.ini or pyproject.toml | tamper |
 | the rest of setup.cfg, tox.ini or pyproject.toml | drop |
 | ``*.pth``, ``sitecustomize.py``, ``usercustomize.py``, ``*.dist-info/``, ``*.egg-info/`` | tamper |
 | compiled code (``.pyc``, ``.so``, ...), symlinks, submodules | tamper |
@@ -48,6 +48,7 @@ from taskforge.repo.testfiles import DEFAULT_LAYOUT, TestLayout, is_test_path
 from taskforge.task import is_doctest_id
 
 __all__ = [
+    "DEFAULT_CONFIG_FILES",
     "Finding",
     "TestPaths",
     "Verdict",
@@ -62,6 +63,9 @@ Verdict = Literal["keep", "drop", "tamper"]
 ChangeKind = Literal["added", "modified", "deleted", "symlink", "submodule"]
 
 _PYTEST_CONFIG_SECTIONS = {"setup.cfg": "tool:pytest", "tox.ini": "pytest"}
+DEFAULT_CONFIG_FILES = frozenset({"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml",
+                                  "tox.ini", "setup.cfg"})
+"""What pytest 9 reads; the scorer adds whatever the image's pytest reads besides."""
 _STARTUP_FILES = frozenset({"sitecustomize.py", "usercustomize.py"})
 _COMPILED = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib")
 _HARNESS_MODULES = frozenset({"pytest", "_pytest", "pluggy"})
@@ -79,6 +83,10 @@ class TestPaths:
     which the candidate writes (the gold patch may well restore one)."""
     layout: TestLayout = DEFAULT_LAYOUT
     """Which other files are tests: the project's pytest configuration, as mining asked it."""
+    config_files: frozenset[str] = DEFAULT_CONFIG_FILES
+    """The names of the configuration files pytest reads: the image's pytest says which (the scorer
+    asks it); files with a pytest section among other settings (``_PYTEST_CONFIG_SECTIONS``,
+    pyproject.toml) count only by that section, every other one whole."""
 
     @classmethod
     def of(cls, test_ids: Iterable[str], test_patch_paths: Iterable[str], *,
@@ -131,7 +139,7 @@ def classify_change(
         return "tamper", f"submodule {rel}"
     if name == "conftest.py":
         return "tamper", f"conftest {kind} {rel}"
-    if name in ("pytest.ini", ".pytest.ini"):
+    if name in tests.config_files and name not in _PYTEST_CONFIG_SECTIONS and name != "pyproject.toml":
         return "tamper", f"pytest configuration {kind} {rel}"
     config = _pytest_section_changed(rel, before, after)
     if config is not None:

@@ -53,8 +53,18 @@ def ids(out: Path) -> list[str]:
     return sorted(row["instance_id"] for row in read_rows(out))
 
 
-def ray_workers(title: str = "ray::mine_one") -> list[int]:
-    """PIDs of Ray worker processes running a repository (their process title says so)."""
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state, past the (comm) that may hold spaces
+
+
+def ray_workers(under: int, title: str = "ray::mine_one") -> list[int]:
+    """PIDs of Ray worker processes running a repository (their process title says so) that
+    descend from process ``under`` (the CLI this test started: its embedded Ray's raylet starts
+    them). Another run's workers on the same machine are never touched."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -63,7 +73,11 @@ def ray_workers(title: str = "ray::mine_one") -> list[int]:
             except OSError:
                 continue
             if cmdline.startswith(title):
-                found.append(int(entry.name))
+                pid = ancestor = int(entry.name)
+                while ancestor > 1 and ancestor != under:
+                    ancestor = _parent(ancestor)
+                if ancestor == under:
+                    found.append(pid)
     return sorted(found)
 
 
@@ -84,7 +98,7 @@ def test_a_killed_worker_is_retried_and_nothing_changes(clean_ids, tmp_path, ses
     victim = None
     deadline = time.monotonic() + 300
     while victim is None and time.monotonic() < deadline and proc.poll() is None:
-        workers = ray_workers()
+        workers = ray_workers(proc.pid)
         if workers:
             time.sleep(4)  # well into the repository: its environment and baseline are under way
             alive = [pid for pid in workers if Path(f"/proc/{pid}").exists()]

@@ -126,3 +126,36 @@ def test_doctest_examples_are_linted_as_code() -> None:
     assert {f.what for f in lint_python(hidden)} == {"import pytest", "calls gc.get_objects"}
     prose = 'def f():\n    """Mentions pytest and gc.get_objects in words.\n\n    >>> f()\n    1\n    """\n    return 1\n'
     assert lint_python(prose) == []
+
+
+@pytest.mark.parametrize("name", ["pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "sub/pytest.toml"])
+def test_every_file_pytest_reads_whole_is_configuration(name: str) -> None:
+    tests = TestPaths.of([], [])
+    verdict, why = classify_change(name, "added", before=None, after="[pytest]\naddopts = -x\n", binary=False, tests=tests)
+    assert (verdict, why.split()[0]) == ("tamper", "pytest")
+
+
+def test_the_configuration_files_are_what_the_images_pytest_reads() -> None:
+    """A name the image's pytest reads (the scorer asks it) is configuration; unknown to it, source."""
+    from dataclasses import replace
+
+    plain = TestPaths.of([], [])
+    assert classify_change("pytest.cfg", "added", before=None, after="x", binary=False, tests=plain)[0] == "keep"
+    newer = replace(plain, config_files=plain.config_files | {"pytest.cfg"})
+    assert classify_change("pytest.cfg", "added", before=None, after="x", binary=False, tests=newer)[0] == "tamper"
+    # Files with a pytest section among other settings still count by that section only.
+    assert classify_change("setup.cfg", "modified", before="[metadata]\nname = x\n", after="[metadata]\nname = y\n",
+                           binary=False, tests=newer)[0] == "drop"
+
+
+def test_the_scorers_probe_reads_the_names_from_pytest_itself() -> None:
+    """The probe the scorer runs in each image, run here against the host's pytest."""
+    import json
+    import subprocess
+    import sys
+
+    from taskforge.scoring.scorer import _FACTS_SCRIPT
+
+    out = subprocess.run([sys.executable, "-P", "-c", _FACTS_SCRIPT], capture_output=True, text=True, check=True).stdout
+    names = set(json.loads(out.strip().splitlines()[-1])["config_files"])
+    assert {"pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml", "tox.ini", "setup.cfg"} <= names
