@@ -41,7 +41,11 @@ _SCRUB_ROOTED = frozenset({"build", "dist", "docs/build", "doc/build", "docs/sit
 # Files removed wherever they appear.
 _SCRUB_FILE_GLOBS = (
     "*.pyc", "*.pyo", ".coverage", ".coverage.*", "coverage.xml", ".dmypy.json",
+    # Backups and leftovers of editors, merges and patches: a copy of the removed code may sit in any of them.
     "*.orig", "*.rej", "*~", "*.swp", "*.swo", ".*.swp", "#*#", ".#*",
+    "*.bak", "*.bak[0-9]", "*.bk", "*.backup", "*.old", "*.save", "*.sav", "*.prev", "*.copy",
+    "*.py.[0-9]", "*.py.orig.*", "* copy.py", "* copy [0-9]*.py", "*.py.BACKUP.*", "*.py.BASE.*",
+    "*.py.LOCAL.*", "*.py.REMOTE.*",
 )
 
 START_IDENTITY = {

@@ -32,11 +32,14 @@ test passes, else 0.0. Any status but ``ok`` scores 0.0.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import io
 import json
 import queue
 import tempfile
 import threading
 import time
+import tokenize
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -399,9 +402,15 @@ class Scorer:
         tests = replace(state.tests, config_files=self._image_facts(task.image_name).config_files)
         for rel, kind, content in _apply_candidate(state.start.path, patch):
             trusted = state.start.path / rel
-            before = _text(trusted.read_bytes()) if trusted.is_file() and not trusted.is_symlink() else None
-            after = _text(content) if content is not None else None
+            trusted_bytes = trusted.read_bytes() if trusted.is_file() and not trusted.is_symlink() else None
+            before = _text(trusted_bytes, rel) if trusted_bytes is not None else None
+            after = _text(content, rel) if content is not None else None
             binary = content is not None and after is None
+            if rel.endswith(".py") and content is not None and after is not None:
+                declared = source_encoding(content)
+                if declared not in ("utf-8", "utf-8-sig") and declared != (
+                        source_encoding(trusted_bytes) if trusted_bytes is not None else None):
+                    tampering.append(f"source encoding {declared} declared in {rel}")
             verdict, why = classify_change(rel, kind, before=before, after=after, binary=binary, tests=tests)
             if verdict == "tamper":
                 tampering.append(why)
@@ -502,10 +511,22 @@ class Scorer:
         result.reward = compute_reward(result.fail_to_pass, result.pass_to_pass, result.mode)
 
 
-def _text(content: bytes) -> str | None:
+def source_encoding(content: bytes) -> str:
+    """The encoding Python reads a source file in: its BOM or coding declaration, else UTF-8
+    (``invalid`` when the declaration names no codec)."""
     try:
-        return content.decode("utf-8")
-    except UnicodeDecodeError:
+        return tokenize.detect_encoding(io.BytesIO(content).readline)[0]
+    except SyntaxError:
+        return "invalid"
+
+
+def _text(content: bytes, rel: str = "") -> str | None:
+    """The text of a file as its reader sees it: a Python source as Python decodes it (its coding
+    declaration honoured, so the lint reads what runs), anything else as UTF-8; None if it does
+    not decode (a binary file)."""
+    try:
+        return importlib.util.decode_source(content) if rel.endswith(".py") else content.decode("utf-8")
+    except (UnicodeDecodeError, SyntaxError, LookupError):
         return None
 
 

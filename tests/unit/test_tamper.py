@@ -159,3 +159,17 @@ def test_the_scorers_probe_reads_the_names_from_pytest_itself() -> None:
     out = subprocess.run([sys.executable, "-P", "-c", _FACTS_SCRIPT], capture_output=True, text=True, check=True).stdout
     names = set(json.loads(out.strip().splitlines()[-1])["config_files"])
     assert {"pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml", "tox.ini", "setup.cfg"} <= names
+
+
+def test_python_sources_are_read_as_python_decodes_them() -> None:
+    """The lint reads what runs: a coding declaration is honoured (in UTF-7, ``+AAo-`` is a newline)."""
+    from taskforge.scoring.scorer import _text, source_encoding
+    from taskforge.scoring.tamper import lint_python
+
+    hidden = b"# coding: utf-7\nx = 1\n#+AAo-import os; os._exit(0)\n"
+    assert lint_python(hidden.decode("utf-8")) == []  # what a UTF-8 reader would have linted
+    assert source_encoding(hidden) == "utf-7"
+    assert [f.rule for f in lint_python(_text(hidden, "pkg/mod.py") or "")] == ["early_exit"]
+    assert source_encoding(b"\xef\xbb\xbfx = 1\n") == "utf-8-sig" and source_encoding(b"x = 1\n") == "utf-8"
+    assert _text(b"# coding: no-such-codec\nx = 1\n", "pkg/mod.py") is None  # does not import: a binary to drop
+    assert _text(b"# coding: utf-7\n", "notes.txt") == "# coding: utf-7\n"  # other files are UTF-8
