@@ -55,3 +55,46 @@ def test_a_constant_naming_a_file_that_is_still_there_is_not_a_finding(tmp_path:
     (start / "pkg" / "ledgerio.py.orig").write_text(MODULE)
     leaked = scan({"fingerprints": {"task": fingerprint.to_json()}, "roots": [str(start)]})["findings"]["task"]
     assert [f["path"] for f in leaked] == [str(start / "pkg" / "ledgerio.py.orig")]
+
+
+def _nested_zip(levels: int, payload: bytes) -> bytes:
+    import io
+    import zipfile
+
+    data = payload
+    for level in range(levels):
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            archive.writestr(f"level{level}.zip" if level else "inner.txt", data)
+        data = buffer.getvalue()
+    return data
+
+
+def test_what_the_scan_leaves_unread_makes_the_start_state_unclean(tmp_path: Path) -> None:
+    """Fail closed: a file over the size limit or archives nested past the depth limit may hold a
+    copy nobody read; a merely damaged archive (its raw bytes were read) stays a skip."""
+    repo = tmp_path / "proj"
+    for rel, text in {"pkg/__init__.py": "", "pkg/ledgerio.py": MODULE,
+                      "tests/test_x.py": "def test_x():\n    assert True\n"}.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"], cwd=repo, check=True)
+    snapshot = fetch(str(repo), cache_dir=tmp_path / "cache")
+    changes = {"pkg/ledgerio.py": None}
+    start = tmp_path / "start"
+    write_start_state(snapshot, changes, start)
+    _, audit = audit_task_state(source_dir=snapshot.path, start_dir=start, start_changes=changes,
+                                strategy="module", test_ids=())
+    assert audit.findings == []
+
+    (start / "tests" / "broken.zip").write_bytes(b"PK\x03\x04 not really a zip")  # damaged: read raw
+    (start / "tests" / "deep.zip").write_bytes(_nested_zip(7, MODULE.encode()))
+    with open(start / "tests" / "huge.bin", "wb") as huge:  # sparse: past the 64 MiB limit, costs nothing
+        huge.truncate(65 * 1024 * 1024)
+    _, audit = audit_task_state(source_dir=snapshot.path, start_dir=start, start_changes=changes,
+                                strategy="module", test_ids=())
+    unscanned = sorted((f["path"].split("!")[0].rsplit("/", 1)[-1], f["kind"]) for f in audit.findings)
+    assert unscanned == [("deep.zip", "unscanned"), ("huge.bin", "unscanned")], audit.findings
+    assert not audit.clean

@@ -72,6 +72,13 @@ def _counts(fingerprint: Fingerprint) -> dict[str, int]:
     }
 
 
+def unread(reason: str) -> bool:
+    """Whether a scan's skip left content unread for a limit or an error of the file system (not a
+    damaged container, whose raw bytes were read)."""
+    return (reason.startswith(("larger than", "stat:", "list:", "read:")) or reason in ("nested too deep", "member too large")
+            or "inflates past" in reason)
+
+
 def _brief(finding: Mapping[str, Any]) -> dict[str, Any]:
     return {key: finding[key] for key in ("path", "kind", "match", "detail") if key in finding}
 
@@ -104,6 +111,12 @@ def audit_start_state(
     findings = [
         {**_brief(f), "path": WORKSPACE + str(f["path"]).removeprefix(prefix)} for f in reply["findings"]["task"]
     ]
+    # Fail closed: what the scan left unread for its limits (too large, nested too deep, inflating
+    # past the budget) or could not open may hold a copy, so the start state is not clean. A
+    # container that is merely damaged (its raw bytes were read) stays a skip: test suites ship
+    # broken archives on purpose.
+    findings += [{"path": WORKSPACE + str(s["path"]).removeprefix(prefix), "kind": "unscanned", "match": s["reason"]}
+                 for s in reply.get("skipped", []) if unread(s["reason"])]
     result = AuditResult(findings=findings, fingerprint=_counts(fingerprint), files=reply["files"],
                          bytes=reply["bytes"], seconds=time.monotonic() - started)
     return fingerprint, result
