@@ -1171,6 +1171,19 @@ class _Scanner:
         self.files += 1
         self.bytes += len(data)
         self._content(data, path, path, (), 0, on_disk=True)
+        if path.endswith("/objects/info/alternates"):
+            self._alternates(data, os.path.dirname(os.path.dirname(path)))
+
+    def _alternates(self, data: bytes, objects: str) -> None:
+        """A repository that borrows objects from others (``objects/info/alternates``): those
+        object stores are read too, wherever they are."""
+        for raw in data.decode("utf-8", "replace").splitlines():
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            target = os.path.normpath(line if os.path.isabs(line) else os.path.join(objects, line))
+            if os.path.isdir(target) and not self._excluded(target):
+                self.walk(target)
 
     # -- one piece of content ---------------------------------------------------------------
 
@@ -1195,8 +1208,10 @@ class _Scanner:
                 self._compressed(data, name, label, chain, depth, "xz")
             elif head.startswith(b"SQLite format 3\x00"):
                 self._sqlite(data, label, chain, path=label if on_disk else None)
-            elif head.startswith(b"PACK") and name.endswith(".pack"):
-                self._git_pack(data, label, chain, depth)
+            elif head.startswith(b"PACK\x00\x00\x00") and head[7:8] in (b"\x02", b"\x03"):
+                self._git_pack(data, label, chain, depth)  # a pack under any name
+            elif head.startswith((b"# v2 git bundle\n", b"# v3 git bundle\n")):
+                self._git_bundle(data, label, chain, depth)
             elif head.startswith(b"\xca\xfe\xba\xbe") and self._java(data, label, chain):
                 pass
             elif len(data) > 262 and data[257:262] == b"ustar":
@@ -1397,6 +1412,13 @@ class _Scanner:
         kind = header.split(b" ", 1)[0]
         if kind in (b"blob", b"commit", b"tag"):
             self._content(body, "", label, (*chain, "git-loose"), depth + 1)
+
+    def _git_bundle(self, data: bytes, label: str, chain: tuple[str, ...], depth: int) -> None:
+        """A git bundle: a header of refs, a blank line, then a pack of the history."""
+        start = data.find(b"\n\nPACK")
+        if start < 0:
+            raise ValueError("a git bundle without a pack")
+        self._git_pack(data[start + 2:], f"{label}!pack", (*chain, "git-bundle"), depth + 1)
 
     def _git_pack(self, data: bytes, label: str, chain: tuple[str, ...], depth: int) -> None:
         for kind, content in _pack_objects(data, self.max_file_bytes * INFLATE_FACTOR):

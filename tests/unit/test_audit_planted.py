@@ -443,6 +443,35 @@ def test_git_packed_and_deltified(tmp_path: Path, tasks: dict[str, Task], delta:
     assert {f["match"] for f in findings} == {"ngram"}
 
 
+def test_git_bundle_and_a_pack_under_another_name(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    """History carried as a bundle (``git bundle create``), and a pack file renamed: both read."""
+    task = tasks["body"]
+    repo, _ = _history_with_the_original(tmp_path / "repo", task)
+    ws = workspace(tmp_path / "ws", task)
+    git(repo, "bundle", "create", "-q", str(ws / "history.bundle"), "--all")
+    git(repo, "repack", "-a", "-d", "-q")
+    (pack,) = (repo / ".git/objects/pack").glob("*.pack")
+    shutil.copy(pack, ws / "data.bin")
+    found = located(task.audit(ws), ws)
+    blob = original_blob(repo)
+    assert (f"history.bundle!pack!{blob}", "git-bundle") in found
+    assert (f"data.bin!{blob}", "git-pack") in found
+
+
+def test_git_alternates_are_followed(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    """A start state that borrows objects from a store outside the scanned roots: the store is read."""
+    task = tasks["body"]
+    ws = workspace(tmp_path / "ws", task)
+    store = tmp_path / "elsewhere" / "objects"
+    store.mkdir(parents=True)
+    blob = git(ws, "hash-object", str(ORIGINAL / "stanzakit/headers.py")).strip()
+    git(ws, "--git-dir", str(tmp_path / "elsewhere"), "init", "-q", "--bare")
+    git(tmp_path / "elsewhere", "hash-object", "-w", str(ORIGINAL / "stanzakit/headers.py"))
+    (ws / ".git/objects/info").mkdir(parents=True, exist_ok=True)
+    (ws / ".git/objects/info/alternates").write_text(f"{store}\n")
+    assert (str(store / blob[:2] / blob[2:]), "git-loose") in located(task.audit(ws), ws)
+
+
 def test_git_stash_entry(tmp_path: Path, tasks: dict[str, Task]) -> None:
     task = tasks["symbol"]
     ws = workspace(tmp_path / "ws", task)
