@@ -25,7 +25,7 @@ Policy, in one place (``Rules``):
 | a new test file, or an edit of another test file | drop |
 | any ``conftest.py``; a file pytest reads whole as its configuration (``pytest.ini``, ``pytest.toml``, their dotted names, and whatever else the image's pytest reads, asked of it); the pytest section of setup.cfg, tox.ini or pyproject.toml | tamper |
 | the rest of setup.cfg, tox.ini or pyproject.toml | drop |
-| ``*.pth``, ``sitecustomize.py``, ``usercustomize.py``, ``*.dist-info/``, ``*.egg-info/`` | tamper |
+| ``*.pth``, ``sitecustomize`` and ``usercustomize`` (a module or a package, anywhere), ``*.dist-info/``, ``*.egg-info/`` | tamper |
 | compiled code (``.pyc``, ``.so``, ...), symlinks, submodules | tamper |
 | a new module named like the harness (``pytest``, ``_pytest``, ``pluggy``, ``taskforge_*``) | tamper |
 | another binary (non-UTF-8) file | drop |
@@ -66,7 +66,7 @@ _PYTEST_CONFIG_SECTIONS = {"setup.cfg": "tool:pytest", "tox.ini": "pytest"}
 DEFAULT_CONFIG_FILES = frozenset({"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml",
                                   "tox.ini", "setup.cfg"})
 """What pytest 9 reads; the scorer adds whatever the image's pytest reads besides."""
-_STARTUP_FILES = frozenset({"sitecustomize.py", "usercustomize.py"})
+_STARTUP_MODULES = frozenset({"sitecustomize", "usercustomize"})
 _COMPILED = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib")
 _HARNESS_MODULES = frozenset({"pytest", "_pytest", "pluggy"})
 
@@ -144,7 +144,9 @@ def classify_change(
     config = _pytest_section_changed(rel, before, after)
     if config is not None:
         return ("tamper", f"pytest configuration {kind} {rel}") if config else ("drop", f"configuration {rel}")
-    if name.endswith(".pth") or name in _STARTUP_FILES:
+    # site imports sitecustomize and usercustomize at start-up: a module or a package of that name
+    # (src/sitecustomize/__init__.py) anywhere that may end up on sys.path runs before pytest.
+    if name.endswith(".pth") or any(part.removesuffix(".py") in _STARTUP_MODULES for part in parts):
         return "tamper", f"interpreter start-up hook {rel}"
     if any(part.endswith((".dist-info", ".egg-info")) for part in parts[:-1]):
         return "tamper", f"installed metadata {rel}"

@@ -173,3 +173,12 @@ def test_python_sources_are_read_as_python_decodes_them() -> None:
     assert source_encoding(b"\xef\xbb\xbfx = 1\n") == "utf-8-sig" and source_encoding(b"x = 1\n") == "utf-8"
     assert _text(b"# coding: no-such-codec\nx = 1\n", "pkg/mod.py") is None  # does not import: a binary to drop
     assert _text(b"# coding: utf-7\n", "notes.txt") == "# coding: utf-7\n"  # other files are UTF-8
+
+
+@pytest.mark.parametrize("path", ["sitecustomize.py", "src/sitecustomize.py", "src/sitecustomize/__init__.py",
+                                  "usercustomize/__init__.py", "lib/usercustomize/hooks.py"])
+def test_a_start_up_hook_is_tampering_as_a_module_or_a_package(path: str) -> None:
+    """Found by a red team: site imports a sitecustomize *package* as readily as a module."""
+    verdict, why = classify_change(path, "added", before=None, after="import os\n", binary=False,
+                                   tests=TestPaths.of([], []))
+    assert verdict == "tamper" and "start-up hook" in why
