@@ -520,7 +520,7 @@ def source_encoding(content: bytes) -> str:
         return "invalid"
 
 
-def _text(content: bytes, rel: str = "") -> str | None:
+def _text(content: bytes, rel: str) -> str | None:
     """The text of a file as its reader sees it: a Python source as Python decodes it (its coding
     declaration honoured, so the lint reads what runs), anything else as UTF-8; None if it does
     not decode (a binary file)."""

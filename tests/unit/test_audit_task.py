@@ -75,7 +75,7 @@ def test_what_the_scan_leaves_unread_makes_the_start_state_unclean(tmp_path: Pat
     copy nobody read; a merely damaged archive (its raw bytes were read) stays a skip."""
     repo = tmp_path / "proj"
     for rel, text in {"pkg/__init__.py": "", "pkg/ledgerio.py": MODULE,
-                      "tests/test_x.py": "def test_x():\n    assert True\n"}.items():
+                      "tests/test_x.py": "import pkg\n\ndef test_the_package_imports():\n    assert pkg.__name__ == 'pkg'\n"}.items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(text)
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
