@@ -18,15 +18,24 @@ Request::
 Response::
 
     {"findings": {"<task id>": [{"path", "kind", "match", "detail", "score", "evidence"}, ...]},
-     "files": n, "bytes": n, "skipped": [{"path", "reason"}], "seconds": s}
+     "files": n, "bytes": n, "skipped": [{"path", "reason", "errno"?}], "seconds": s}
 
-``"clean_texts"`` (in-process callers only, bytes): texts every fingerprint was already checked
-against as plain text (:func:`residual_evidence`); a plain-text unit with exactly those bytes is
-passed over. The host's scan of a start state gives its files there, and their git blobs go too.
+A skip names what was left unread and why: over the size limit, nested too deep, inflating or
+decoding past the budget, an error of the file system (with its ``errno``), or a damaged
+container whose raw bytes were read. The caller decides which make an audit unclean.
+
+``"clean_texts"`` (in-process callers only, bytes): texts every fingerprint was already read
+against, as this scan reads them (:func:`unit_evidence`, :func:`reads_alike`); a text unit with
+exactly those bytes is passed over. The host's scan of a start state gives its files there, and
+their git blobs go too.
 
 ``kind`` is the channel the copy was found in: its outermost container (``zip``, ``tar``,
-``gzip``, ``bz2``, ``xz``, ``git-loose``, ``git-pack``, ``sqlite``) or, for a plain file, its
-format (``text``, ``pyc``, ``json``, ``notebook``, ``html``, ``java-class``, ``binary``).
+``gzip``, ``bz2``, ``xz``, ``zlib``, ``lzma``, ``git-loose``, ``git-pack``, ``git-bundle``,
+``sqlite``), the encoding it was decoded from (``base64``, ``hex``, ``rot13``, ``utf-16``,
+``utf-32``), ``quoted`` for lines behind a quoting prefix (commented-out code, a doctest session,
+a patch), or, for a plain file, its format (``text``, ``pyc``, ``json``, ``notebook``, ``html``,
+``java-class``, ``binary``). A decoded blob or a file's quoted lines are a unit of their own,
+reported as ``FILE!base64@OFFSET``, ``FILE!quoted``.
 ``match`` is the strongest kind of evidence (``ngram``, ``signature``, ``docstring``, ``body``,
 ``test_id``, ``name``, ``constant``, ``path``); ``evidence`` lists all of it.
 
@@ -36,17 +45,25 @@ evidence alone reaches it: at least :data:`NGRAM_HITS` distinct n-grams of the r
 docstring, a hidden test id, a dotted name (``pkg.mod.func``), a removed function's signature with
 a distinctive name, a prose string constant, or a bytecode function whose names are those of the
 removed body. Weak evidence (a bare name in a ``def``, a short constant, a path) must add up.
-The fingerprint itself holds nothing that still appears in the start state, and nothing common in
-the standard library; see :mod:`taskforge.mining.audit.fingerprint`.
+The fingerprint itself holds nothing the start state may legitimately show, and nothing common
+in the standard library; see :mod:`taskforge.mining.audit.fingerprint` and
+:mod:`taskforge.mining.audit.original`, which read the start state with :func:`unit_evidence`.
 
 Cost: every file is read once; a single regex pass collects its identifier-like words and only
 files that contain an *anchor* word of some fingerprint are tokenized. ``.pyc`` files are
 unmarshalled (cheaper than a regex pass); archives, git objects and compressed files are inflated.
+Encoded blobs are looked for only in text units whose words leave room for one (a long word that
+reads as base64 or hex, many hex escapes), decoded only if their first 4 KiB decode to text or a
+known format, and all of a scan's decoding is bounded (:data:`DECODE_BUDGET_FACTOR`). rot13 is
+tried only where a unit holds an item's word in rot13, quoted lines only where some n-gram's
+words are there.
 """
 
 from __future__ import annotations
 
+import binascii
 import bz2
+import errno
 import hashlib
 import html
 import importlib.util
@@ -66,7 +83,7 @@ import types
 import urllib.parse
 import zipfile
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -85,7 +102,9 @@ __all__ = [
     "ngram_hashes",
     "normalize_docstring",
     "parse_signature",
-    "residual_evidence",
+    "reads_alike",
+    "UnitEvidence",
+    "unit_evidence",
     "scan",
     "test_id_patterns",
     "token_words",
@@ -115,6 +134,20 @@ BINARY_NGRAM_BYTES = 4 * 1024 * 1024
 """Unknown binaries above this size (shared libraries, data blobs) are checked for strings only
 (constants, dotted names, docstrings, test ids), not for n-grams of source code: they hold no
 source, and their megabytes of text make every combination of common words appear."""
+
+MIN_ENCODED_BYTES = 48
+"""Encoded blobs (base64, hex) are decoded only if they hold at least this many bytes: a dozen
+tokens of code, about what one n-gram spans. Hashes and ids (a sha256 is 32 bytes) stay below."""
+DECODE_BUDGET_FACTOR = 4
+"""A scan decodes at most this many times ``max_file_bytes`` of blobs that look like text or a
+known format once decoded; what is left over is reported unread, not passed over."""
+_PEEK_CHARS = 4096
+"""Encoded characters decoded first to see whether a blob holds text or a known format at all:
+random data (images, certificates, hashes) costs this much and no more."""
+QUOTED_MIN_LINES = 3
+"""Lines behind a quoting prefix (``#``, ``>>>``, ``...``, ``>``, ``+``, ``-``, ``|``) a text needs
+before its quoted lines are also read as code on their own: commented-out code, doctest sessions,
+patches, quoted mail."""
 
 SKIP_DIRS = ("/proc", "/sys", "/dev")
 _MATCH_ORDER = ("ngram", "signature", "docstring", "body", "test_id", "name", "constant", "path")
@@ -239,6 +272,10 @@ class _TextCache:
 
 
 _TEXTS = _TextCache(limit_chars=64 << 20)
+_UNIT_WORDS = _TextCache(limit_chars=32 << 20)
+"""The words of start-state files (bytes) for the host's :func:`unit_evidence`, once per file."""
+_UNIT_VIEWS = _TextCache(limit_chars=32 << 20)
+"""Their decoded blobs and quoted lines, likewise."""
 
 
 def _cached_tokens(text: str) -> list[str]:
@@ -488,6 +525,11 @@ class _Task:
     """The keys of ``tests``."""
     def_words: frozenset[bytes] = frozenset()
     """``def_names`` as words: a text without any of them has no ``def`` of interest."""
+    copy_ngrams: frozenset[int] = frozenset()
+    """Further n-grams of the removed implementation, unfiltered (the host's comparison with the
+    original only): no evidence on their own, they make a verbatim copy's stretch whole."""
+    stretch_ngrams: frozenset[int] = frozenset()
+    """``ngrams`` and ``copy_ngrams``: what a stretch (:class:`_Evidence`) is made of."""
 
 
 
@@ -531,7 +573,9 @@ def _build_task(task_id: str, data: Mapping[str, Any]) -> _Task:
         docstrings=tuple(normalize_docstring(d) for d in data.get("docstrings", ())),
         tests=tests,
         bodies={q: frozenset(ns) for q, ns in dict(data.get("bodies", {})).items()},
+        copy_ngrams=frozenset(int(h) for h in data.get("copy_ngrams", ())),
     )
+    task.stretch_ngrams = task.ngrams | task.copy_ngrams if task.copy_ngrams else task.ngrams
     task.def_names = frozenset(bare) | frozenset(signatures)
     task.dotted_items = (*dotted, *task.paths)
     task.test_patterns = tuple(tests)
@@ -554,6 +598,11 @@ def _word_set(data: bytes, *, glued: bool) -> set[bytes]:
         words.update([word[1:] for word in words if len(word) > MIN_WORD])
     return words
 
+
+_ROT13 = bytes.maketrans(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+    b"NOPQRSTUVWXYZABCDEFGHIJKLMnopqrstuvwxyzabcdefghijklm",
+)
 
 # What a gate entry lets through: an n-gram anchor, a task (its names, signatures and test
 # names, to be looked for as definitions), or one item of a task: a dotted name (with its module
@@ -586,6 +635,8 @@ class _Index:
     names: dict[str, set[int]]
     signature_names: dict[str, set[int]]
     bodies: dict[str, set[int]]
+    rot13_keys: frozenset[bytes] = frozenset()
+    """The gate's first words as rot13 spells them: a unit holding one may be a rot13 copy."""
 
     @classmethod
     def build(cls, fingerprints: Mapping[str, Mapping[str, Any]]) -> _Index:
@@ -621,7 +672,9 @@ class _Index:
                 signature_names.setdefault(name, set()).add(i)
             for qualname in task.bodies:
                 bodies.setdefault(qualname, set()).add(i)
-        return cls(tasks=tasks, gate=gate, names=names, signature_names=signature_names, bodies=bodies)
+        rot13_keys = frozenset(word.translate(_ROT13) for word in gate) - frozenset(gate)
+        return cls(tasks=tasks, gate=gate, names=names, signature_names=signature_names, bodies=bodies,
+                   rot13_keys=rot13_keys)
 
     def gated(self, words: set[bytes]) -> _Gated:
         """What a unit with ``words`` may hold (:class:`_Gated`): the cheap test every unit goes
@@ -650,6 +703,13 @@ class _Evidence:
     by_task: dict[int, dict[tuple[str, str], tuple[str, str, int]]] = field(default_factory=dict)
     items: dict[int, dict[str, set[Any]]] = field(default_factory=dict)
     """task -> family -> the fingerprint items matched (for calibration)."""
+    stretches: dict[int, list[frozenset[int]]] = field(default_factory=dict)
+    """task -> the n-grams of each stretch of the unit where they follow one another (no more than
+    n tokens apart): the host tells a verbatim copy from scattered idioms by them. Kept only for
+    tasks with ``copy_ngrams``."""
+
+    def __bool__(self) -> bool:
+        return bool(self.by_task or self.stretches)
 
     def add(self, task: int, key: tuple[str, str], match: str, value: str, weight: int, *items: Any) -> None:
         entries = self.by_task.setdefault(task, {})
@@ -667,6 +727,8 @@ class _Evidence:
         for task, families in other.items.items():
             for family, items in families.items():
                 self.items.setdefault(task, {}).setdefault(family, set()).update(items)
+        for task, stretches in other.stretches.items():
+            self.stretches.setdefault(task, []).extend(stretches)
 
 
 def _match_names(index: _Index, names: Iterable[str], evidence: _Evidence, context: str) -> None:
@@ -712,7 +774,8 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                 tokens = _cached_tokens(text)
             if task.n not in hashes:
                 hashes[task.n] = _cached_ngram_hashes(text, tokens, task.n)
-            hits = task.ngrams.intersection(hashes[task.n])
+            matched = task.stretch_ngrams.intersection(hashes[task.n])
+            hits = matched & task.ngrams if task.copy_ngrams else matched
             if hits:
                 covered: set[int] = set()
                 for pos, h in enumerate(hashes[task.n]):
@@ -721,6 +784,8 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                 weight = STRONG if len(hits) >= NGRAM_HITS else WEAK
                 value = f"{len(hits)} of {len(task.ngrams)} n-grams, {len(covered)} tokens"
                 evidence.add(i, ("ngram", ""), "ngram", value, weight, *hits)
+            if matched and task.copy_ngrams:
+                evidence.stretches.setdefault(i, []).extend(_stretches(hashes[task.n], matched, task.n))
         passed = item_tasks.get(i)
         if passed is None:
             continue
@@ -769,6 +834,24 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
             for pattern in (m.group() for m in _compiled_boundary_re(patterns, False).finditer(text)):
                 node_id = task.tests[pattern]
                 evidence.add(i, ("test", node_id), "test_id", node_id, STRONG, node_id)
+
+
+def _stretches(hashes: Sequence[int], found: frozenset[int] | set[int], n: int) -> list[frozenset[int]]:
+    """The n-grams of ``found`` in each stretch of ``hashes`` where they follow one another: a
+    window that starts more than ``n`` tokens after the last one begins a new stretch."""
+    stretches: list[frozenset[int]] = []
+    current: set[int] = set()
+    last = -n - 1
+    for pos, h in enumerate(hashes):
+        if h in found:
+            if pos - last > n and current:
+                stretches.append(frozenset(current))
+                current = set()
+            current.add(h)
+            last = pos
+    if current:
+        stretches.append(frozenset(current))
+    return stretches
 
 
 _SIGNATURE_SPAN = 4096
@@ -1087,24 +1170,215 @@ def _pack_objects(data: bytes, budget: int) -> Iterator[tuple[str, bytes]]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Encodings: what a copy may be wrapped in
+# ---------------------------------------------------------------------------------------------
+
+_ZLIB_HEADER = re.compile(rb"x[\x01\x5e\x9c\xda]")
+_LZMA_ALONE = b"\x5d\x00\x00"
+"""lzma's own format (``FORMAT_ALONE``): properties 0x5d, then a dictionary size under 16 MiB."""
+_KNOWN_HEADS = (
+    b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"PK\x03\x04", b"PK\x05\x06", b"PACK", _LZMA_ALONE,
+    b"SQLite format 3\x00", b"# v2 git bundle\n", b"# v3 git bundle\n", b"\xff\xfe", b"\xfe\xff",
+    b"\x00\x00\xfe\xff",
+)
+_CONTROL = bytes(c for c in range(32) if c not in (9, 10, 12, 13))
+_HEX_ESCAPE_WORDS = frozenset(b"x%02x" % i for i in range(256)) | frozenset(b"x%02X" % i for i in range(256))
+_HEX_LITERAL_WORDS = frozenset(b"0" + word for word in _HEX_ESCAPE_WORDS)
+
+# Base64 (standard and URL-safe) and hex, in pieces of at least 16 characters; pieces that only
+# whitespace, quotes, "+", "\\", "," or brackets part (line wrapping, string concatenation, JSON's
+# "\/") are one blob. Hex also as escapes ("\x64\x65") and as C bytes ("0x64, 0x65").
+_B64_PIECE = re.compile(rb"[A-Za-z0-9+/_-]{16,}={0,2}")
+_HEX_PIECE = re.compile(rb"(?<![A-Za-z0-9+/_-])[0-9a-fA-F]{32,}(?![A-Za-z0-9+/_-])")
+_JOINT = re.compile(rb'(?:[\s"\'+\\,()\[\]]|[bBrRuU]{1,2}(?=["\']))*')
+_HEX_ESCAPES = re.compile(rb"(?:\\x[0-9a-fA-F]{2}){%d,}" % MIN_ENCODED_BYTES)
+_HEX_LITERALS = re.compile(rb"(?:0[xX][0-9a-fA-F]{2}\s*,\s*){%d,}0[xX][0-9a-fA-F]{2}" % (MIN_ENCODED_BYTES - 1))
+_NOT_HEX = re.compile(rb"[^0-9a-fA-F]")
+_NOT_B64 = re.compile(rb"[^A-Za-z0-9+/]")
+_View = tuple[str, str, "bytes | str"]
+"""Another reading of a text unit: (label suffix, kind, its bytes, or why it was left unread)."""
+_REREADINGS = ("quoted", "rot13")
+"""Views that read a text's own bytes another way (unlike a decoded blob, which holds new ones)."""
+_QUOTED_LINE = re.compile(rb"^[ \t]*(?:>>>|\.\.\.|#+|>+|[+|-])[ \t]?([^\r\n]*)", re.M)
+
+
+def _quoted_lines(data: bytes) -> bytes | None:
+    """The lines of ``data`` behind a quoting prefix, the prefix taken off; blocks of them that
+    other lines part are kept apart by a line of their own (``\\x01``, a token no code holds), so
+    no n-gram spans two comments far apart. None if there are fewer than
+    :data:`QUOTED_MIN_LINES`."""
+    out: list[bytes] = []
+    count = 0
+    end = -1
+    for match in _QUOTED_LINE.finditer(data):
+        if out and data[end:match.start()].strip(b" \t\r") != b"\n":
+            out.append(b"\x01")
+        out.append(match.group(1))
+        count += 1
+        end = match.end()
+    return b"\n".join(out) if count >= QUOTED_MIN_LINES else None
+
+
+_PIECES, _ESCAPES, _LITERALS = 1, 2, 4
+
+
+def _may_hold_encoded(words: set[bytes]) -> int:
+    """Which encoded blobs a unit's words leave room for, as flags: base64 or hex pieces (a long
+    word that reads as such, :func:`_encoded_word`), hex escapes, hex literals (many distinct
+    ones). Checked on the words the gate needs anyway, so that most units are passed over
+    without a regex, and the rest are searched for those kinds only."""
+    kinds = 0
+    if len(words & _HEX_ESCAPE_WORDS) >= 8:
+        kinds |= _ESCAPES
+    if len(words & _HEX_LITERAL_WORDS) >= 8:
+        kinds |= _LITERALS
+    if any(_encoded_word(word) for word in words if len(word) >= 20):
+        kinds |= _PIECES
+    return kinds
+
+
+_DIGITS, _UPPER, _LOWER = b"0123456789", b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz"
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+
+
+def _encoded_word(word: bytes) -> bool:
+    """A word (letters, digits, "_") of base64 or hex rather than of a program: hex digits only,
+    or digits and a quarter each of capitals and small letters with few underscores.
+    ``NavigationToolbar2WebAgg`` and ``test_issue_1234_regression`` are names; base64 of text,
+    whose "+" and "/" are rare, leaves words of 20 characters and more (blobs from about 60
+    bytes decoded on)."""
+    size = len(word)
+    if word.count(b"_") * 16 > size:
+        return False
+    if not word.translate(None, _HEX_DIGITS):
+        return size >= 48  # not a sha1 or an md5: those are 40 and 32
+    digits = size - len(word.translate(None, _DIGITS))
+    upper = size - len(word.translate(None, _UPPER))
+    lower = size - len(word.translate(None, _LOWER))
+    return digits >= 2 and upper * 4 >= size and lower * 4 >= size
+
+
+def _b64decode(encoded: bytes) -> bytes | None:
+    plain = _NOT_B64.sub(b"", encoded.translate(bytes.maketrans(b"-_", b"+/")))
+    plain = plain[:len(plain) - len(plain) % 4]
+    try:
+        return binascii.a2b_base64(plain)
+    except binascii.Error:
+        return None
+
+
+def _hexdecode(encoded: bytes) -> bytes | None:
+    digits = _NOT_HEX.sub(b"", encoded.replace(b"0x", b"").replace(b"0X", b"").replace(b"\\x", b""))
+    return bytes.fromhex(digits[:len(digits) - len(digits) % 2].decode("ascii"))
+
+
+def _joined(data: bytes, pattern: re.Pattern[bytes]) -> Iterator[tuple[int, bytes]]:
+    """(offset, the pieces concatenated) of each run of ``pattern``'s pieces that only joints
+    (at most 32 bytes each) part; a piece that ends in padding ("=") ends its run."""
+    start, end, pieces = -1, -1, list[bytes]()
+    for match in pattern.finditer(data):
+        if (pieces and match.start() - end <= 32 and data[end - 1:end] != b"="
+                and _JOINT.fullmatch(data, end, match.start())):
+            pieces.append(match.group())
+            end = match.end()
+            continue
+        if pieces:
+            yield start, b"".join(pieces)
+        start, end, pieces = match.start(), match.end(), [match.group()]
+    if pieces:
+        yield start, b"".join(pieces)
+
+
+def _encoded_blobs(data: bytes, kinds: int) -> Iterator[tuple[int, str, Callable[[bytes], bytes | None], bytes]]:
+    """(offset, kind, decoder, encoded bytes) of every blob of ``data`` of ``kinds``
+    (:func:`_may_hold_encoded`) that may hold at least :data:`MIN_ENCODED_BYTES` once decoded.
+    A hex blob is read as hex only (its digits are base64 characters too)."""
+    for flag, pattern in ((_ESCAPES, _HEX_ESCAPES), (_LITERALS, _HEX_LITERALS)):
+        if kinds & flag:
+            for match in pattern.finditer(data):
+                yield match.start(), "hex", _hexdecode, match.group()
+    if not kinds & _PIECES:
+        return
+    hex_spans: list[tuple[int, int]] = []
+    for offset, blob in _joined(data, _HEX_PIECE):
+        if len(_NOT_HEX.sub(b"", blob)) >= 2 * MIN_ENCODED_BYTES:
+            hex_spans.append((offset, offset + len(blob)))
+            yield offset, "hex", _hexdecode, blob
+    for offset, blob in _joined(data, _B64_PIECE):
+        if any(start <= offset < end for start, end in hex_spans):
+            continue
+        if len(blob) * 3 // 4 >= MIN_ENCODED_BYTES:
+            yield offset, "base64", _b64decode, blob
+
+
+def _worth_scanning(head: bytes) -> bool:
+    """Whether decoded bytes (their start) are text or a format the scanner opens, not random."""
+    if head.startswith(_KNOWN_HEADS) or _ZLIB_HEADER.match(head) or head[2:4] == b"\r\n" and len(head) > 16:
+        return True
+    if len(head) > 262 and head[257:262] == b"ustar" or _wide_text(head) is not None:
+        return True
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < len(head) - 3:  # not just a character cut at the end
+            return False
+    return len(head) - len(head.translate(None, _CONTROL)) <= len(head) // 20
+
+
+def _wide_text(data: bytes) -> tuple[str, str] | None:
+    """(encoding, text) of a UTF-16 or UTF-32 text, by its byte-order mark or, without one, by
+    the zero bytes every ASCII character carries; None for anything else."""
+    for bom, encoding in ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"),
+                          (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16")):
+        if data.startswith(bom):
+            break
+    else:
+        sample = data[:4096]
+        if len(sample) < 64 or b"\x00" not in sample:
+            return None
+        zeros = [sample[i::4].count(0) * 4 / len(sample) for i in range(4)]
+        if min(zeros[1:]) > 0.9 and zeros[0] < 0.1:
+            encoding = "utf-32-le"
+        elif min(zeros[:3]) > 0.9 and zeros[3] < 0.1:
+            encoding = "utf-32-be"
+        elif zeros[1] > 0.9 and zeros[3] > 0.9 and max(zeros[0], zeros[2]) < 0.1:
+            encoding = "utf-16-le"
+        elif zeros[0] > 0.9 and zeros[2] > 0.9 and max(zeros[1], zeros[3]) < 0.1:
+            encoding = "utf-16-be"
+        else:
+            return None
+    width = 4 if "32" in encoding else 2
+    text = data[:len(data) - len(data) % width].decode(encoding, "replace")
+    controls = sum(1 for ch in text[:2048] if ch < " " and ch not in "\t\n\r\f" or ch == "\ufffd")
+    if controls > len(text[:2048]) // 20:
+        return None
+    return ("utf-32" if width == 4 else "utf-16"), text
+
+
+# ---------------------------------------------------------------------------------------------
 # The scanner
 # ---------------------------------------------------------------------------------------------
 
 
 class _Scanner:
     def __init__(self, index: _Index, *, max_file_bytes: int, exclude: Sequence[str],
-                 clean: frozenset[bytes] = frozenset()) -> None:
+                 clean: frozenset[bytes] = frozenset(), record: bool = False) -> None:
         self.index = index
         self.clean = clean
         self.max_file_bytes = max_file_bytes
+        self.decode_left = max_file_bytes * DECODE_BUDGET_FACTOR
+        self.record = record
+        self.records: list[tuple[str, tuple[str, ...], _Evidence]] = []
+        """With ``record``: every unit's evidence, whatever its score (:func:`unit_evidence`)."""
         self.exclude = tuple(os.path.abspath(p) for p in exclude)
         self.findings: dict[str, list[dict[str, Any]]] = {t.task_id: [] for t in index.tasks}
         self.skipped: list[dict[str, str]] = []
         self.files = 0
         self.bytes = 0
         self.seen: set[tuple[int, int]] = set()
-        self.texts: dict[tuple[bytes, bool, bool], tuple[str, _Evidence | None]] = {}
-        """What each distinct text unit holds (its digest, whether its name says JSON or HTML)."""
+        self.texts: dict[tuple[bytes, bool, bool, str], tuple[str, _Evidence | None, list[_View]]] = {}
+        """What each distinct text unit holds (by its digest, how it is read as JSON or HTML, and
+        whether it is already another reading of a text)."""
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -1121,7 +1395,7 @@ class _Scanner:
             try:
                 info = os.lstat(path)
             except OSError as err:
-                self.skipped.append({"path": path, "reason": f"stat: {err.strerror}"})
+                self._unreadable(path, "stat", err)
                 continue
             if stat.S_ISDIR(info.st_mode):
                 if (info.st_dev, info.st_ino) in self.seen:
@@ -1135,9 +1409,15 @@ class _Scanner:
                             elif entry.is_file(follow_symlinks=False):
                                 self._file(entry.path, entry)
                 except OSError as err:
-                    self.skipped.append({"path": path, "reason": f"list: {err.strerror}"})
+                    self._unreadable(path, "list", err)
             elif stat.S_ISREG(info.st_mode):
                 self._file(path, None)
+
+    def _unreadable(self, path: str, what: str, err: OSError) -> None:
+        """A skip for an error of the file system; ``errno`` tells a permission the scanning user
+        lacks (an agent running as that user lacks it too) from a failure."""
+        self.skipped.append({"path": path, "reason": f"{what}: {err.strerror}",
+                             "errno": errno.errorcode.get(err.errno or 0, "")})
 
     def _excluded(self, path: str) -> bool:
         for prefix in (*SKIP_DIRS, *self.exclude):
@@ -1151,7 +1431,7 @@ class _Scanner:
         try:
             info = entry.stat(follow_symlinks=False) if entry is not None else os.lstat(path)
         except OSError as err:
-            self.skipped.append({"path": path, "reason": f"stat: {err.strerror}"})
+            self._unreadable(path, "stat", err)
             return
         if (info.st_dev, info.st_ino) in self.seen and info.st_nlink > 1:
             return
@@ -1166,7 +1446,7 @@ class _Scanner:
             with open(path, "rb") as handle:
                 data = handle.read()
         except OSError as err:
-            self.skipped.append({"path": path, "reason": f"read: {err.strerror}"})
+            self._unreadable(path, "read", err)
             return
         self.files += 1
         self.bytes += len(data)
@@ -1218,41 +1498,60 @@ class _Scanner:
                 self._tar(data, label, chain, depth)
             elif head[:1] == b"x" and _GIT_LOOSE_RE.search(name):
                 self._git_loose(data, label, chain, depth)
+            elif _ZLIB_HEADER.match(head) and self._stream(data, name, label, chain, depth, "zlib"):
+                pass
+            elif head.startswith(_LZMA_ALONE) and self._stream(data, name, label, chain, depth, "lzma"):
+                pass
+            elif (wide := _wide_text(data)) is not None:
+                encoding, text = wide
+                self._text(text.encode("utf-8", "surrogatepass"), name, label, (*chain, encoding), depth + 1)
             elif b"\x00" in data[:8192]:
                 self._binary(data, label, chain, "pyc" if name.endswith((".pyc", ".pyo")) else "binary")
             else:
-                self._text(data, name, label, chain)
+                self._text(data, name, label, chain, depth)
         except (ValueError, EOFError, KeyError, IndexError, TypeError, OSError, MemoryError,
-                RecursionError, RuntimeError, zlib.error, lzma.LZMAError, zipfile.BadZipFile,
+                RecursionError, RuntimeError, zlib.error, lzma.LZMAError, binascii.Error, zipfile.BadZipFile,
                 tarfile.TarError, sqlite3.Error, struct.error) as err:
             # A damaged or unexpected file (a truncated archive, an encrypted zip member, an
             # unsupported compression method): say so and go on with the rest of the image.
             self.skipped.append({"path": label, "reason": f"{type(err).__name__}: {err}"[:200]})
 
-    def _text(self, data: bytes, name: str, label: str, chain: tuple[str, ...]) -> None:
-        lower = name.lower()
-        is_json = lower.endswith(_TEXT_SUFFIXES_JSON) or data[:1] in (b"{", b"[")
-        is_html = lower.endswith(_HTML_SUFFIXES)
+    def _text(self, data: bytes, name: str, label: str, chain: tuple[str, ...], depth: int) -> None:
+        is_json, is_html = _reading(name, data)
         # Images hold the same text many times over (a package installed and inside the wheels
         # virtualenv embeds; pip 24.0 and 24.2): what a text holds is worked out once, and each
         # copy is reported where it lies.
-        key = (hashlib.blake2b(data, digest_size=16).digest(), is_json, is_html)
-        found = self.texts.get(key)
+        # (The host reads each start-state file once: nothing to gain there.) A text read again
+        # another way (rot13, its quoted lines) is not read that way once more.
+        key = (b"" if self.record else hashlib.blake2b(data, digest_size=16).digest(), is_json, is_html,
+               chain[-1] if chain and chain[-1] in _REREADINGS else "")
+        found = None if self.record else self.texts.get(key)
         if found is None:
-            found = self.texts[key] = self._text_evidence(data, is_json=is_json, is_html=is_html)
-        kind, evidence = found
+            found = self._text_evidence(data, chain, is_json=is_json, is_html=is_html)
+            if not self.record:
+                self.texts[key] = found
+        kind, evidence, views = found
         if evidence is not None:
             self._report(label, (*chain, kind), evidence)
+        for suffix, view_kind, view in views:
+            if isinstance(view, str):  # a blob left unread: why
+                self.skipped.append({"path": f"{label}!{suffix}", "reason": view})
+            elif view_kind in _REREADINGS and depth + 1 > MAX_DEPTH:
+                continue  # another reading of bytes that were read: nothing was left unread
+            else:
+                self._content(view, name, f"{label}!{suffix}", (*chain, view_kind), depth + 1)
 
-    def _text_evidence(self, data: bytes, *, is_json: bool, is_html: bool) -> tuple[str, _Evidence | None]:
-        """(the text's kind, its evidence, None when there is none) of a text unit."""
-        if self.clean and not is_json and data in self.clean and not is_html:
-            if data.decode("utf-8", "replace").lstrip()[:14].lower() not in ("<!doctype html", "<html"):
-                return "text", None  # a text the fingerprint was checked against, as plain text, already
-        words = _word_set(data, glued=is_json)
+    def _text_evidence(self, data: bytes, chain: tuple[str, ...], *, is_json: bool,
+                       is_html: bool) -> tuple[str, _Evidence | None, list[_View]]:
+        """(the text's kind, its evidence or None when there is none, the other readings of it to
+        scan as units of their own: decoded blobs, rot13, its quoted lines) of a text unit."""
+        if data in self.clean:
+            return "text", None, []  # read already, as it is read here (:func:`reads_alike`)
+        words, encoded = self._words(data, glued=is_json)
         gated: _Gated | None = self.index.gated(words)
+        views = self._views(data, words, chain, encoded=encoded, quoted=bool(gated and gated.ngrams))
         if not gated:
-            return "text", None
+            return "text", None, views
         text = data.decode("utf-8", "replace")
         evidence = _Evidence()
         kind = "text"
@@ -1265,13 +1564,94 @@ class _Scanner:
                 notebook = isinstance(document, dict) and "cells" in document and "nbformat" in document
                 kind = "notebook" if notebook else "json"
                 _match_text(self.index, "\n".join(_json_strings(document, self.index, evidence)), evidence)
-                return kind, evidence if evidence.by_task else None
-        if is_html or text.lstrip()[:14].lower() in ("<!doctype html", "<html"):
+                return kind, evidence if evidence else None, views
+        if is_html:
             kind = "html"
             text = _strip_html(text)
             gated = None  # entities are decoded now
         _match_text(self.index, text, evidence, gated=gated, words=words)
-        return kind, evidence if evidence.by_task else None
+        return kind, evidence if evidence else None, views
+
+    # -- other readings of a text: encodings, rot13, quoted lines ----------------------------
+
+    def _words(self, data: bytes, *, glued: bool) -> tuple[set[bytes], int]:
+        """The words of a text unit, and the encoded blobs they leave room for. The host
+        reads the same start-state files for every task of a repository: there, once per text."""
+        if self.record:
+            found = _UNIT_WORDS.get(data, glued)  # type: ignore[arg-type]
+            if found is not None:
+                return found[0], found[1]
+        words = _word_set(data, glued=glued)
+        result = (words, _may_hold_encoded(words))
+        if self.record:
+            _UNIT_WORDS.put(data, glued, list(result))  # type: ignore[arg-type]
+        return result
+
+    def _views(self, data: bytes, words: set[bytes], chain: tuple[str, ...], *, encoded: int,
+               quoted: bool) -> list[_View]:
+        """(label suffix, kind, bytes) of every other reading of a text worth scanning: each blob
+        that decodes (base64, hex) to text or to a format the scanner opens (``encoded``: which
+        kinds the words leave room for); the whole text in rot13, where it holds an item's word so
+        spelled; its quoted lines on their own (``quoted``: where some n-gram's words are). A
+        blob the budget leaves undecoded comes with the reason (a str) in place of its bytes."""
+        views: list[_View] = []
+        if encoded:
+            views.extend(self._cached(data, 0, lambda text: self._decoded(text, encoded)))
+        if chain[-1:] != ("rot13",) and not self.index.rot13_keys.isdisjoint(words):
+            views.append(("rot13", "rot13", data.translate(_ROT13)))
+        if quoted and chain[-1:] != ("quoted",):
+            views.extend(self._cached(data, 1, lambda text: [("quoted", "quoted", lines)]
+                                      if (lines := _quoted_lines(text)) is not None else []))
+        return views
+
+    def _cached(self, data: bytes, what: int, compute: Callable[[bytes], list[Any]]) -> list[Any]:
+        """``compute(data)``; the host (``record``) reads the same start-state files for every
+        task of a repository, and keeps what depends on the text alone once per process."""
+        if not self.record:
+            return compute(data)
+        found = _UNIT_VIEWS.get(data, what)  # type: ignore[arg-type]
+        return found if found is not None else _UNIT_VIEWS.put(data, what, compute(data))  # type: ignore[arg-type]
+
+    def _decoded(self, data: bytes, kinds: int) -> list[_View]:
+        views: list[_View] = []
+        for offset, kind, decoder, encoded in _encoded_blobs(data, kinds):
+            decoded = self._decode(encoded, decoder)
+            if decoded is not None:
+                views.append((f"{kind}@{offset}", kind, decoded))
+        return views
+
+    def _decode(self, encoded: bytes, decoder: Callable[[bytes], bytes | None]) -> bytes | str | None:
+        """``encoded`` decoded, if its start decodes to text or a known format; None for random
+        data (images, keys, hashes); why not, if the scan's decoding budget does not allow it."""
+        peek = decoder(encoded[:_PEEK_CHARS])
+        if peek is None or not _worth_scanning(peek):
+            return None
+        if len(encoded) <= _PEEK_CHARS:
+            return peek
+        size = len(encoded)  # an upper bound of what it decodes to
+        if size > self.max_file_bytes or size > self.decode_left:
+            return f"decoding past the budget ({size} encoded bytes, {self.decode_left} left)"
+        self.decode_left -= size
+        return decoder(encoded)
+
+    def _stream(self, data: bytes, name: str, label: str, chain: tuple[str, ...], depth: int, kind: str) -> bool:
+        """A bare zlib or lzma stream (no file format around it, as ``zlib.compress`` and
+        ``lzma.compress(format=FORMAT_ALONE)`` write): inflate it and scan what it holds. False if
+        it does not inflate: then it is read as what it looks like otherwise."""
+        limit = self.max_file_bytes
+        inflater: Any = zlib.decompressobj() if kind == "zlib" else lzma.LZMADecompressor(format=lzma.FORMAT_ALONE)
+        try:
+            content = inflater.decompress(data, limit + 1)
+        except (zlib.error, lzma.LZMAError):
+            return False
+        if len(content) > limit:
+            self.skipped.append({"path": label, "reason": f"{kind}: inflates past {limit} bytes"})
+            return True
+        if not inflater.eof:
+            reason = f"{kind}: truncated stream, scanned the first {len(content)} bytes"
+            self.skipped.append({"path": label, "reason": reason})
+        self._content(content, name, label, (*chain, kind), depth + 1)
+        return True
 
     def _binary(self, data: bytes, label: str, chain: tuple[str, ...], kind: str) -> None:
         gated = self.index.gated(_word_set(data, glued=True))
@@ -1430,6 +1810,10 @@ class _Scanner:
     # -- reporting --------------------------------------------------------------------------
 
     def _report(self, label: str, chain: tuple[str, ...], evidence: _Evidence) -> None:
+        if self.record:
+            if evidence:
+                self.records.append((label, chain, evidence))
+            return
         for task, entries in evidence.by_task.items():
             score = sum(weight for _, _, weight in entries.values())
             if score < REPORT_SCORE:
@@ -1444,6 +1828,20 @@ class _Scanner:
                 "chain": ">".join(chain),
                 "evidence": [{"match": match, "value": value, "weight": weight} for match, value, weight in ranked],
             })
+
+
+def _reading(name: str, data: bytes) -> tuple[bool, bool]:
+    """(as JSON, as HTML): how a text unit is read, by its name and by how it starts."""
+    lower = name.lower()
+    is_json = lower.endswith(_TEXT_SUFFIXES_JSON) or data[:1] in (b"{", b"[")
+    is_html = lower.endswith(_HTML_SUFFIXES) or data[:1024].lstrip()[:14].lower() in (b"<!doctype html", b"<html")
+    return is_json, is_html
+
+
+def reads_alike(name: str, data: bytes) -> bool:
+    """Whether a text is read the same under its name as without one (as a git blob is): only
+    such a text can be passed over wherever it lies once it was read (``clean_texts``)."""
+    return _reading(name, data) == _reading("", data)
 
 
 def _channel(chain: tuple[str, ...]) -> str:
@@ -1476,19 +1874,42 @@ def scan(request: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def residual_evidence(fingerprint: Mapping[str, Any], texts: Iterable[str],
-                      codes: Iterable[types.CodeType] = ()) -> dict[str, set[Any]]:
-    """The items of ``fingerprint`` that show up in ``texts`` and ``codes`` at all, scored or not:
-    family (``ngram``, ``name``, ``signature``, ``constant``, ``docstring``, ``test_id``, ``path``,
-    ``body``) -> items (n-gram hashes, names, signature strings, ...). The host runs it over the
-    start state to take out of a fingerprint everything the same matchers would find there."""
+@dataclass(frozen=True, slots=True)
+class UnitEvidence:
+    """What one unit of a file holds of a fingerprint, scored or not (:func:`unit_evidence`)."""
+
+    path: str
+    """The file."""
+    chain: tuple[str, ...]
+    """How the unit was read: ``("text",)`` (or ``json``, ``html``, ``notebook``) for the file
+    itself, ``("code",)`` for its bytecode, and what it was decoded from otherwise (``("base64",
+    "zlib", "text")``, ``("quoted", "text")``)."""
+    items: Mapping[str, set[Any]]
+    """Family (``ngram``, ``name``, ``signature``, ``constant``, ``docstring``, ``test_id``,
+    ``path``, ``body``) -> the fingerprint's items found (n-gram hashes, names, ...)."""
+    stretches: Sequence[frozenset[int]]
+    """The n-grams (of ``ngrams`` and ``copy_ngrams``) of each stretch where they follow one
+    another."""
+
+
+def unit_evidence(fingerprint: Mapping[str, Any], files: Mapping[str, str],
+                  codes: Mapping[str, types.CodeType] = {}) -> list[UnitEvidence]:
+    """Every unit of ``files`` (path -> text) and ``codes`` (path -> its bytecode) that holds
+    anything of ``fingerprint``, read as the scan reads a file: decoded blobs, rot13 and quoted
+    lines included. The host runs it over the start state to compare it with the original."""
     index = _Index.build({"task": fingerprint})
-    evidence = _Evidence()
-    for text in texts:
-        _match_text(index, text, evidence)
-    for code in codes:
+    scanner = _Scanner(index, max_file_bytes=DEFAULT_MAX_FILE_BYTES, exclude=(), record=True)
+    for path, text in files.items():
+        scanner._content(text.encode("utf-8", "surrogatepass"), path, path, (), 0)
+    for path, code in codes.items():
+        evidence = _Evidence()
         _match_code(index, code, evidence)
-    return evidence.items.get(0, {})
+        scanner._report(path, ("code",), evidence)
+    return [
+        UnitEvidence(path=label.split("!", 1)[0], chain=chain, items=evidence.items.get(0, {}),
+                     stretches=evidence.stretches.get(0, []))
+        for label, chain, evidence in scanner.records
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

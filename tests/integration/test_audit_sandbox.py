@@ -63,3 +63,31 @@ def test_copies_left_in_the_sandbox_are_found(stanzakit, backend, tmp_path) -> N
         "/tmp/leftover/__pycache__/headers.cpython-311.pyc": "pyc",
         "/tmp/home/stanzakit-0.1-py3-none-any.whl": "zip",
     }, findings
+
+
+def _nested_zip(levels: int, payload: bytes) -> bytes:
+    data = payload
+    for level in range(levels):
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            archive.writestr(f"level{level}.zip" if level else "inner.txt", data)
+        data = buffer.getvalue()
+    return data
+
+
+def test_what_the_image_scan_leaves_unread_makes_every_task_unclean(  # type: ignore[no-untyped-def]
+    stanzakit, backend,
+) -> None:
+    """Fail closed on the image too: a file over the size limit and archives nested past the
+    depth limit may hold any task's code, so every task of the scan gets an ``unscanned``
+    finding. What the sandbox's user may not read (/root) the agent may not read either: no
+    finding (the clean image test above has /root too)."""
+    _, env, fingerprint = stanzakit
+    with backend.start(env.image, limits=SandboxLimits.load()) as box:
+        box.put_files({"drop/deep.zip": _nested_zip(7, b"nothing to see")}, "/tmp")
+        made = box.exec(["python", "-c", "open('/tmp/drop/huge.bin', 'wb').truncate(65 << 20)"], timeout_s=60)
+        assert made.exit_code == 0, made.text()
+        findings, _ = scan_image({"body": fingerprint, "again": fingerprint}, sandbox=box)
+    for key in ("body", "again"):
+        unscanned = {(f["path"].split("!")[0], f["kind"]) for f in findings[key]}
+        assert unscanned == {("/tmp/drop/deep.zip", "unscanned"), ("/tmp/drop/huge.bin", "unscanned")}, findings

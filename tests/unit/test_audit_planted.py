@@ -6,14 +6,19 @@ A tiny real package (``tests/fixtures/audit/original``, "stanzakit") loses a fea
 (``tasks.json``: a hollowed body, a removed function with its private helper, a removed module).
 Each test writes that task's clean start state into a real git repository, plants the original
 code in one channel with the real tool that would leave it there (py_compile, mypy, pytest,
-coverage, hypothesis, pip, git, pygments), scans, and checks exactly which paths were reported.
+coverage, hypothesis, pip, git, pygments) or in an encoding (base64, hex, zlib, lzma, rot13,
+UTF-16/32), scans, and checks exactly which paths were reported. Start states that keep a copy
+themselves (a stub, a docs code block, a backup, a commented-out or encoded copy) are audited
+as mining audits them, the fingerprint built knowing the copy.
 Tools that are not dependencies of taskforge (mypy, coverage, hypothesis, pygments) skip their
 test when missing; the recorded mypy cache and the compiled Java class always run.
 """
 
 from __future__ import annotations
 
+import base64
 import bz2
+import codecs
 import compileall
 import gzip
 import importlib.util
@@ -27,7 +32,9 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
+import textwrap
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +45,7 @@ import pytest
 from taskforge.guest import scanner
 from taskforge.guest.scanner import scan
 from taskforge.mining.audit.fingerprint import Fingerprint, build_fingerprint
+from taskforge.mining.audit.scan import audit_start_state, unread
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "audit"
 ORIGINAL = FIXTURES / "original"
@@ -64,11 +72,25 @@ class Task:
     """The clean start state: every file the agent gets."""
     hidden: dict[str, str]
     """Original text of the hidden test files."""
+    before: dict[str, str]
+    """Original text of every file the task changed."""
+    after: dict[str, str | None]
+    """The same files in the start state (None: deleted)."""
 
     def audit(self, *roots: Path) -> list[dict[str, Any]]:
         result = scan({"fingerprints": {self.strategy: self.fingerprint.to_json()}, "roots": [str(r) for r in roots]})
         findings: list[dict[str, Any]] = result["findings"][self.strategy]
         return findings
+
+    def audit_kept(self, root: Path, kept: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The audit as mining runs it (fingerprint and start-state scan) of a start state that
+        keeps ``kept`` besides the clean files: the fingerprint is built knowing them."""
+        ws = workspace(root, self, kept)
+        visible = {p.relative_to(ws).as_posix(): p.read_text() for p in ws.rglob("*")
+                   if p.is_file() and ".git" not in p.relative_to(ws).parts}
+        _, result = audit_start_state(start_dir=ws, before=self.before, after=self.after, visible=visible,
+                                      strategy=self.strategy, test_ids=TASKS[self.strategy]["test_ids"])
+        return result.findings
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +108,8 @@ def tasks() -> dict[str, Task]:
                                           test_ids=spec["test_ids"]),
             start=start,
             hidden={path: original[path] for path in after if path.startswith("tests/")},
+            before=before,
+            after=after,
         )
     return built
 
@@ -106,9 +130,10 @@ def git(cwd: Path, *args: str, input_text: str | None = None) -> str:
                           input=input_text).stdout
 
 
-def workspace(root: Path, task: Task) -> Path:
-    """The task's clean start state as the sandbox holds it: the files, in a one-commit repository."""
-    write_tree(root, task.start)
+def workspace(root: Path, task: Task, kept: Mapping[str, str] = {}) -> Path:
+    """The task's clean start state as the sandbox holds it: the files (and ``kept``), in a
+    one-commit repository."""
+    write_tree(root, {**task.start, **kept})
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "start state")
@@ -589,6 +614,167 @@ def test_compiled_java_class(tmp_path: Path, tasks: dict[str, Task], strategy: s
     members = {("name", "java member fold_widget_header"), ("name", "java member _merge_continuations")}
     # Method names are evidence only where the task removed them.
     assert members <= evidence if strategy == "symbol" else not members & evidence
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoded copies: base64, hex, bare zlib and lzma streams, rot13, UTF-16 and UTF-32
+# ---------------------------------------------------------------------------------------------
+
+
+def _python_string(encoded: str, width: int = 60) -> str:
+    """``encoded`` as a Python module spells a long literal: implicitly joined pieces."""
+    pieces = "\n".join(f'    "{encoded[i:i + width]}"' for i in range(0, len(encoded), width))
+    return f"FOLDER = (\n{pieces}\n)\n"
+
+
+def _in_python(data: bytes) -> bytes:
+    return _python_string(base64.b64encode(data).decode()).encode()
+
+
+def _in_json(data: bytes) -> bytes:
+    return json.dumps({"d": base64.urlsafe_b64encode(zlib.compress(data)).decode()}).encode()
+
+
+def _escaped(data: bytes) -> bytes:
+    return ("DATA = b'" + "".join(f"\\x{c:02x}" for c in data) + "'\n").encode()
+
+
+def _text_as(encoding: str) -> Callable[[bytes], bytes]:
+    return lambda data: data.decode().encode(encoding)
+
+
+ENCODED: dict[str, tuple[str, Callable[[bytes], bytes], str]] = {
+    # name: (file, how the original module is written into it, the channel reported)
+    "base64": ("notes/blob.txt", base64.b64encode, "base64"),
+    "base64, MIME lines": ("notes/blob.eml", base64.encodebytes, "base64"),
+    "base64 in a Python literal": ("notes/blob.py", _in_python, "base64"),
+    "urlsafe base64 of zlib, in JSON": ("notes/blob.json", _in_json, "base64"),
+    "hex": ("notes/blob.hex", lambda data: data.hex().encode(), "hex"),
+    "hex escapes": ("notes/blob.py", _escaped, "hex"),
+    "zlib stream": ("notes/blob.z", zlib.compress, "zlib"),
+    "lzma stream": ("notes/blob.lzma", lambda data: lzma.compress(data, format=lzma.FORMAT_ALONE), "lzma"),
+    "rot13": ("notes/blob.txt", lambda data: codecs.encode(data.decode(), "rot13").encode(), "rot13"),
+    "utf-16": ("notes/blob.txt", _text_as("utf-16"), "utf-16"),
+    "utf-16-be without a mark": ("notes/blob.txt", _text_as("utf-16-be"), "utf-16"),
+    "utf-32": ("notes/blob.txt", _text_as("utf-32"), "utf-32"),
+}
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODED))
+def test_encoded_copy(tmp_path: Path, tasks: dict[str, Task], encoding: str) -> None:
+    task = tasks["body"]
+    ws = workspace(tmp_path / "ws", task)
+    path, encode, channel = ENCODED[encoding]
+    (ws / path).parent.mkdir(parents=True, exist_ok=True)
+    (ws / path).write_bytes(encode((ORIGINAL / FEATURE["body"]).read_bytes()))
+    findings = task.audit(ws)
+    assert {(os.path.relpath(f["path"].split("!")[0], ws), f["kind"]) for f in findings} == {(path, channel)}
+    assert {f["match"] for f in findings} == {"ngram"}
+
+
+def test_what_the_decoding_budget_leaves_is_reported_unread(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    """Fail closed: blobs beyond the scan's decoding budget are skips that make a start state
+    unclean (``unread``), not blobs passed over."""
+    task = tasks["body"]
+    root = tmp_path / "blobs"
+    root.mkdir()
+    texts = [base64.b64encode(b"# note %d, an ordinary one: nothing removed in it\n" % i * 120) for i in range(6)]
+    for i, text in enumerate(texts):
+        (root / f"note{i}.txt").write_bytes(text)
+    limit = len(texts[0]) + 16  # files up to this size are read; a budget of four times it decodes four blobs
+    result = scan({"fingerprints": {"t": task.fingerprint.to_json()}, "roots": [str(root)], "max_file_bytes": limit})
+    over = [s for s in result["skipped"] if s["reason"].startswith("decoding past the budget")]
+    assert len(over) == 2 and all(unread(s["reason"]) for s in over)
+    assert result["findings"] == {"t": []}
+
+
+# ---------------------------------------------------------------------------------------------
+# Copies the start state keeps: compared with the original, not left out as visible
+# ---------------------------------------------------------------------------------------------
+
+
+def removed_code(strategy: str) -> str:
+    """The removed implementation as a copy would hold it: the function, or the whole module."""
+    if strategy == "module":
+        return (ORIGINAL / FEATURE["module"]).read_text()
+    source = (ORIGINAL / FEATURE[strategy]).read_text()
+    return source[source.index("def fold_widget_header"):source.index("def _merge_continuations")]
+
+
+def original_module(strategy: str) -> str:
+    return (ORIGINAL / FEATURE[strategy]).read_text()
+
+
+def _doctest(code: str) -> str:
+    lines = code.rstrip("\n").splitlines()
+    return "\n".join([">>> " + lines[0], *("... " + line for line in lines[1:])]) + "\n"
+
+
+def _commented(code: str) -> str:
+    return "import sys\n\nPY2 = sys.version_info < (3,)\n\n" + textwrap.indent(code, "# ", lambda line: True)
+
+
+def _docs_page(code: str) -> str:
+    return "Folding\n=======\n\n.. code-block:: python\n\n" + textwrap.indent(code, "    ")
+
+
+KEPT: dict[str, Callable[[str], tuple[str, str, str]]] = {
+    # name: strategy -> (the file kept, its text, the channel reported)
+    "stub": lambda s: ("stanzakit/copy.pyi", "SEPARATOR: str\n\n\n" + removed_code(s), "text"),
+    "docs code block": lambda s: ("docs/folding.rst", _docs_page(removed_code(s)), "text"),
+    "doctest session": lambda s: ("docs/folding.md", "Folding by hand:\n\n" + _doctest(removed_code(s)), "quoted"),
+    "backup under a name the scrub does not know": lambda s: (FEATURE[s] + ".keep", original_module(s), "text"),
+    "stale Python module": lambda s: (FEATURE[s].replace(".py", "_old.py"), original_module(s), "text"),
+    "commented out": lambda s: ("stanzakit/compat.py", _commented(removed_code(s)), "quoted"),
+    "base64 in a module": lambda s: ("stanzakit/_resources.py", _in_python(removed_code(s).encode()).decode(),
+                                     "base64"),
+    "hex in test data": lambda s: ("tests/data/fold.json", json.dumps({"payload": removed_code(s).encode().hex()}),
+                                   "hex"),
+    "rot13 note": lambda s: ("notes/fold.txt", codecs.encode(removed_code(s), "rot13"), "rot13"),
+}
+
+
+@pytest.mark.parametrize("strategy", ["body", "symbol", "module"])
+@pytest.mark.parametrize("channel", sorted(KEPT))
+def test_a_start_state_that_keeps_a_copy(tmp_path: Path, tasks: dict[str, Task], channel: str, strategy: str) -> None:
+    """A verbatim copy of the removed implementation that the start state itself keeps: the
+    fingerprint used to leave out everything visible, copies included. Compared with the
+    original, each is a finding, reported once (its git blob is the same text)."""
+    task = tasks[strategy]
+    path, text, kind = KEPT[channel](strategy)
+    findings = task.audit_kept(tmp_path / "ws", {path: text})
+    assert [(f["path"], f["kind"], f["match"]) for f in findings] == [(f"/workspace/{path}", kind, "copy")]
+
+
+@pytest.mark.parametrize("strategy", ["body", "symbol", "module"])
+def test_what_the_task_shows_is_no_copy(tmp_path: Path, tasks: dict[str, Task], strategy: str) -> None:
+    """What a start state legitimately shows of the removed code: docs that spell out the
+    signature, quote the docstring and show a call, a stub of the interface, a README example.
+    None of it is a copy of the implementation."""
+    if strategy == "module":
+        kept = {
+            "docs/api.rst": (".. automodule:: stanzakit.ledger\n\n"
+                             ".. function:: tally_widget_counts(lines, *, default_kind=None)\n\n"
+                             "   Tally how many widgets of each kind a manifest declares.\n"),
+            "stanzakit/ledger.pyi": ("class WidgetLedger:\n"
+                                     "    def record(self, kind: str, amount: int) -> None: ...\n\n"
+                                     "def tally_widget_counts(lines: list[str], *, default_kind: str = ...)"
+                                     " -> dict[str, int]: ...\n"),
+        }
+    else:
+        kept = {
+            "docs/api.rst": (
+                ".. function:: fold_widget_header(line: str, *, strict: bool = False, limit: int = 3) -> list[str]\n\n"
+                "   Fold a widget header line into its stanza parts, merging continuation markers.\n\n"
+                "   >>> fold_widget_header('gear :: continued-stanza teeth :: 3')\n   ['gear teeth', '3']\n"
+            ),
+            "stanzakit/headers.pyi": ("SEPARATOR: str\n\ndef split_stanza(line: str) -> list[str]: ...\n"
+                                      "def fold_widget_header(line: str, *, strict: bool = ..., limit: int = ...)"
+                                      " -> list[str]: ...\n"),
+            "README.md": ("```python\nfrom stanzakit import fold_widget_header\n\n"
+                          "fold_widget_header(line, strict=True)\n```\n"),
+        }
+    assert tasks[strategy].audit_kept(tmp_path / "ws", kept) == []
 
 
 # ---------------------------------------------------------------------------------------------

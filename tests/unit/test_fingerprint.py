@@ -94,12 +94,16 @@ def test_module_fingerprint_holds_the_module_name_and_docstring() -> None:
 
 def test_text_the_start_state_still_shows_is_no_evidence() -> None:
     before, after, visible = task_inputs("symbol")
-    body = before["stanzakit/headers.py"].split("def fold_widget_header", 1)[1].split("\n\n\ndef ", 1)[0]
-    # A docs page that quotes one constant, and an example that repeats the body's code.
+    # A docs page that quotes one constant, and an example of the project's own that shares a
+    # line of the body (two lines are no copy of it).
     visible = {
         **visible,
         "docs/notes.md": "Folding merges parts that start with `continued-stanza`.\n",
-        "examples/fold.py": "def fold_widget_header_copy" + body,
+        "examples/fold.py": (
+            "from stanzakit import SEPARATOR\n\n\ndef fold_all(lines, strict):\n    for line in lines:\n"
+            "        if strict and SEPARATOR not in line:\n"
+            "            raise ValueError(\"widget header lacks a stanza separator\")\n        yield line\n"
+        ),
     }
     fp = build_fingerprint(before=before, after=after, visible=visible, strategy="symbol")
     full = fingerprint("symbol")
@@ -109,6 +113,7 @@ def test_text_the_start_state_still_shows_is_no_evidence() -> None:
     assert example_hashes & set(full.ngrams)
     assert not example_hashes & set(fp.ngrams)
     assert 0 < len(fp.ngrams) < len(full.ngrams)
+    assert fp.copies == []
 
 
 def test_trivial_and_standard_library_items_are_left_out() -> None:
@@ -131,16 +136,33 @@ def test_trivial_and_standard_library_items_are_left_out() -> None:
     assert {"_zq_frobnicate", "pkg.codec._zq_frobnicate"} <= set(fp.names)
 
 
-def test_a_duplicate_implementation_in_the_start_state_leaves_only_the_hidden_tests() -> None:
-    # A second, full copy of the function elsewhere (vendored or duplicated code): the agent sees
-    # the code anyway, and its bytecode would match the body's names, so none of it is evidence.
+def test_a_stale_copy_of_the_changed_module_is_a_copy_of_the_answer() -> None:
+    # A second, whole copy of the original module under another Python name (legacy.py beside
+    # headers.py): not code the project needs, but the answer kept. The comparison with the
+    # original names it, and keeps the n-grams it holds.
     before, after, visible = task_inputs("body")
     visible = {**visible, "stanzakit/legacy.py": before["stanzakit/headers.py"]}
     fp = build_fingerprint(before=before, after=after, visible=visible, strategy="body")
-    assert fp.bodies == {}
-    assert set(fp.constants) == {"gear :: continued-stanza teeth :: 3", "gear teeth"}  # hidden tests'
+    assert [(c["path"], c["kind"]) for c in fp.copies] == [("stanzakit/legacy.py", "text")]
+    assert "repeats stanzakit/headers.py" in fp.copies[0]["detail"]
     legacy = ngram_hashes([t for _, t in iter_tokens(visible["stanzakit/legacy.py"])], fp.n)
-    assert fp.ngrams and not set(fp.ngrams) & set(legacy)
+    assert set(fp.ngrams) & set(legacy)
+
+
+def test_code_the_project_shares_with_the_removed_body_is_no_copy() -> None:
+    # Another function of the project that repeats the body (the same loop in two methods): the
+    # start state must keep it, so it is no evidence, and no copy.
+    before, after, visible = task_inputs("body")
+    body = before["stanzakit/headers.py"].split('    """\n', 1)[1].split("\n\n\ndef ", 1)[0]
+    module = "from stanzakit.headers import SEPARATOR, split_stanza, _merge_continuations\n\n\n"
+    module += "def render_manifest(manifest):\n    print(manifest)\n    return manifest.strip()\n\n\n"
+    module += "def fold_lenient(line, *, strict=False, limit=3):\n" + body + "\n"
+    visible = {**visible, "stanzakit/lenient.py": module}
+    fp = build_fingerprint(before=before, after=after, visible=visible, strategy="body")
+    assert fp.copies == []
+    assert set(fp.constants) == {"gear :: continued-stanza teeth :: 3", "gear teeth"}  # hidden tests'
+    lenient = ngram_hashes([t for _, t in iter_tokens(module)], fp.n)
+    assert fp.ngrams and not set(fp.ngrams) & set(lenient)
 
 
 def test_a_trivial_body_leaves_an_empty_fingerprint() -> None:

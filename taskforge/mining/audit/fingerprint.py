@@ -10,11 +10,15 @@ the tokenizer, the hash and the matchers live there, so both sides agree.
 The audit must report nothing on a clean task, so a fingerprint holds nothing an agent may
 legitimately see, and little an unrelated project is likely to contain:
 
-* nothing that still appears in ``visible`` (the clean start state): a ``body`` task keeps its
+* nothing the start state (``visible``) may legitimately show: a ``body`` task keeps its
   signature and docstring on purpose, so they are no evidence; neither is a constant or a name
-  that the start state still uses somewhere. As a last step the audit's own matchers run over the
-  start state (its text, and its bytecode where it holds a fingerprint word) and every item they
-  find there is dropped, so the two sides cannot disagree about what is visible.
+  that the start state still uses somewhere. As a last step the start state is compared with the
+  original (:mod:`taskforge.mining.audit.original`): the audit's own matchers read it as they read
+  any file (decoded blobs and quoted lines included, and its bytecode where it holds a
+  fingerprint word), every item found where the project's code lives or in too small a piece to
+  be a copy is dropped, and a file elsewhere that repeats the removed implementation verbatim is
+  named as a copy (:attr:`Fingerprint.copies`), its items kept. So the two sides cannot disagree
+  about what is visible, and a copy the start state keeps is found, not left out.
 * no name, signature or constant that the Python standard library also uses (``close``,
   ``"Content-Type"``): a third-party package in the sandbox could use it just as well.
 * no signature that a dependency of the environment also defines, nor the bare name of a function
@@ -51,10 +55,10 @@ from taskforge.guest.scanner import (
     ngram_hashes,
     normalize_docstring,
     parse_signature,
-    residual_evidence,
     test_id_patterns,
     token_words,
 )
+from taskforge.mining.audit.original import Removed, compare
 from taskforge.mining.audit.vocabulary import (
     IDENTIFIER,
     PYTHON_SUFFIXES,
@@ -130,6 +134,10 @@ class Fingerprint:
     bodies: dict[str, list[str]] = field(default_factory=dict)
     """Hollowed function (qualname) -> the names its removed body used (body tasks): its bytecode
     lists them, the start state's ``raise NotImplementedError`` does not."""
+    copies: list[dict[str, str]] = field(default_factory=list)
+    """Start-state files that keep a copy of the removed implementation where the project's code
+    does not live (:mod:`taskforge.mining.audit.original`): ``path``, ``kind``, ``detail``. The
+    start state is read for them already; the audit reports each as a finding."""
 
     def __post_init__(self) -> None:
         if self.n < MIN_NGRAM:
@@ -153,6 +161,7 @@ class Fingerprint:
             "docstrings": list(self.docstrings),
             "test_ids": list(self.test_ids),
             "bodies": {qualname: list(names) for qualname, names in self.bodies.items()},
+            "copies": [dict(copy) for copy in self.copies],
         }
 
     @classmethod
@@ -167,6 +176,7 @@ class Fingerprint:
             docstrings=[str(s) for s in data.get("docstrings", ())],
             test_ids=[str(s) for s in data.get("test_ids", ())],
             bodies={str(q): [str(n) for n in ns] for q, ns in dict(data.get("bodies", {})).items()},
+            copies=[{str(k): str(v) for k, v in dict(copy).items()} for copy in data.get("copies", ())],
         )
 
 
@@ -180,6 +190,9 @@ class _FileLoss:
     constants: list[str] = field(default_factory=list)
     docstrings: list[str] = field(default_factory=list)
     bodies: dict[str, set[str]] = field(default_factory=dict)
+    implementation: list[list[tuple[str, bool]]] = field(default_factory=list)
+    """The token runs of removed source (not test) code, each token with whether it is
+    implementation (not a signature, decorator or docstring: what the task shows)."""
 
 
 def _removed_lines(before: str, after: str) -> set[int]:
@@ -324,14 +337,52 @@ def _plain_string(value: str) -> bool:
     return "\\" not in value and all(ch >= " " or ch == "\t" for ch in value)
 
 
-def _file_loss(path: str, before: str, after: str | None, *, strategy: str, known: set[str]) -> _FileLoss:
+def _implementation_runs(text: str, removed: set[int], interface: frozenset[int]) -> list[list[tuple[str, bool]]]:
+    """The removed token runs of ``text``, each token with whether its line is implementation."""
+    runs: list[list[tuple[str, bool]]] = []
+    current: list[tuple[str, bool]] = []
+    for line, token in _line_tokens(text):
+        if line in removed:
+            current.append((token, line not in interface))
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return runs
+
+
+def _interface_lines(tree: ast.Module, definitions: Mapping[str, ast.AST]) -> frozenset[int]:
+    """Lines of ``tree`` that show an interface rather than implement it: the decorators, header
+    and docstring of every module-level or class-level definition, and the module's docstring.
+    A problem statement shows those too; a copy of them is no copy of the answer."""
+    lines: set[int] = set()
+    for node in (tree, *definitions.values()):
+        body = getattr(node, "body", [])
+        if not body:
+            continue
+        if not isinstance(node, ast.Module):
+            assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            lines.update(range(first, body[0].lineno))
+        if _is_docstring(body[0]):
+            lines.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+    return frozenset(lines)
+
+
+def _file_loss(path: str, before: str, after: str | None, *, strategy: str, known: set[str],
+               is_test: bool) -> _FileLoss:
     removed = _removed_lines(before, after or "")
     loss = _FileLoss(token_runs=_token_runs(before, removed))
     if not path.endswith(PYTHON_SUFFIXES):
+        if not is_test:
+            loss.implementation = _implementation_runs(before, removed, frozenset())
         return loss
     tree_before, defs_before, _ = _analyzed(before)
     if tree_before is None:
         return loss
+    if not is_test:
+        loss.implementation = _implementation_runs(before, removed, _interface_lines(tree_before, defs_before))
     _, defs_after = _analyzed(after)[:2] if after is not None else (None, {})
     module = _module_name(path, known)
 
@@ -445,15 +496,15 @@ def _test_still_visible(node_id: str, visible: Mapping[str, str]) -> bool:
     return bool(function) and text is not None and re.search(rf"\bdef\s+{re.escape(function)}\b", text) is not None
 
 
-def _visible_code(visible: Mapping[str, str], words: set[str]) -> Iterable[CodeType]:
-    """Bytecode of the start state's Python files that hold a fingerprint word (the audit will
-    see their ``.pyc``)."""
+def _visible_code(visible: Mapping[str, str], words: set[str]) -> Iterable[tuple[str, CodeType]]:
+    """(path, bytecode) of the start state's Python files that hold a fingerprint word (the audit
+    will see their ``.pyc``)."""
     for path, text in visible.items():
         if not path.endswith(".py") or words.isdisjoint(_identifiers(text)):
             continue
         code = _compiled(path, text)
         if code is not None:
-            yield code
+            yield path, code
 
 
 @lru_cache(maxsize=4096)
@@ -491,10 +542,12 @@ def build_fingerprint(
     if n < MIN_NGRAM:
         raise ValueError(f"n must be at least {MIN_NGRAM}, got {n}")
     known = set(before) | set(visible)
+    test_files = {node_id.split("::", 1)[0] for node_id in test_ids}
+    changed = [path for path in sorted(before) if before[path] != after.get(path)]
     losses = [
-        _file_loss(path, before[path], after.get(path), strategy=strategy, known=known)
-        for path in sorted(before)
-        if before[path] != after.get(path)
+        _file_loss(path, before[path], after.get(path), strategy=strategy, known=known,
+                   is_test=path in test_files or _looks_like_tests(path))
+        for path in changed
     ]
 
     # Candidate n-grams with the words that could anchor each.
@@ -568,18 +621,31 @@ def build_fingerprint(
         test_ids=tests,
         bodies={q: sorted(used) for q, used in sorted(bodies.items())},
     )
-    return _without_visible(fingerprint, visible, ngrams)
+    removed = Removed.of((run for loss in losses for run in loss.implementation), n=n,
+                         originals={path: before[path] for path in changed})
+    return _against_the_original(fingerprint, visible, ngrams, removed, changed)
 
 
-def _without_visible(
-    fingerprint: Fingerprint, visible: Mapping[str, str], anchors: Mapping[int, tuple[str, ...]]
+def _looks_like_tests(path: str) -> bool:
+    """A test file by its name, for hidden tests whose ids are not given."""
+    pure = PurePosixPath(path)
+    return (pure.name.startswith("test_") or pure.stem.endswith("_test") or pure.name == "conftest.py"
+            or not {"test", "tests", "testing"}.isdisjoint(pure.parts[:-1]))
+
+
+def _against_the_original(
+    fingerprint: Fingerprint, visible: Mapping[str, str], anchors: Mapping[int, tuple[str, ...]], removed: Removed,
+    changed: Sequence[str],
 ) -> Fingerprint:
-    """Drop every item the audit's own matchers find in the start state (see the module doc)."""
+    """Drop every item the audit's own matchers find where the start state may show it, and
+    name the files that keep a copy of the removed implementation (see the module doc)."""
     words = {w for anchor in fingerprint.anchors for w in anchor}
     words.update(w for item in (*fingerprint.names, *fingerprint.signatures, *fingerprint.constants)
                  if (w := anchor_word(item)) is not None)
     words.update(q.rsplit(".", 1)[-1] for q in fingerprint.bodies)
-    found = residual_evidence(fingerprint.to_json(), visible.values(), _visible_code(visible, words))
+    comparison = compare(fingerprint.to_json(), removed, visible=visible, changed=changed,
+                         codes=dict(_visible_code(visible, words)))
+    found = comparison.shown
     gone_paths = found.get("path", set())
     gone_names = found.get("name", set())
     ngrams = [h for h in fingerprint.ngrams if h not in found.get("ngram", set())]
@@ -596,4 +662,5 @@ def _without_visible(
         docstrings=[d for d in fingerprint.docstrings if d not in found.get("docstring", set())],
         test_ids=[t for t in fingerprint.test_ids if t not in found.get("test_id", set())],
         bodies={q: ns for q, ns in fingerprint.bodies.items() if q not in found.get("body", set())},
+        copies=comparison.copies,
     )

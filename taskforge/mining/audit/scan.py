@@ -75,8 +75,22 @@ def _counts(fingerprint: Fingerprint) -> dict[str, int]:
 def unread(reason: str) -> bool:
     """Whether a scan's skip left content unread for a limit or an error of the file system (not a
     damaged container, whose raw bytes were read)."""
-    return (reason.startswith(("larger than", "stat:", "list:", "read:")) or reason in ("nested too deep", "member too large")
-            or "inflates past" in reason)
+    return (reason.startswith(("larger than", "stat:", "list:", "read:", "decoding past the budget"))
+            or reason in ("nested too deep", "member too large") or "inflates past" in reason)
+
+
+_DENIED = frozenset({"EACCES", "EPERM"})
+
+
+def _unscanned(skipped: Sequence[Mapping[str, Any]], *, denied_is_unread: bool) -> list[dict[str, Any]]:
+    """Fail closed: an ``unscanned`` finding for each thing a scan left unread for its limits (too
+    large, nested too deep, inflating or decoding past the budget) or could not open; it may hold a
+    copy nobody read. A container that is merely damaged (its raw bytes were read) stays a skip:
+    test suites ship broken archives on purpose. ``denied_is_unread``: whether a permission the
+    scanning user lacks counts; in a sandbox of the image the scan runs as the agent does, and what
+    it may not read, the agent may not read either."""
+    return [{"path": s["path"], "kind": "unscanned", "match": s["reason"]} for s in skipped
+            if unread(s["reason"]) and (denied_is_unread or s.get("errno") not in _DENIED)]
 
 
 def _brief(finding: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,21 +116,23 @@ def audit_start_state(
     started = time.monotonic()
     fingerprint = build_fingerprint(before=before, after=after, visible=visible, strategy=strategy, test_ids=test_ids,
                                     interfaces=interfaces)
-    # The start state's texts were checked already (the fingerprint holds nothing found in them):
-    # only what else lies there is read, git's objects and any file that is not plain text.
-    clean = [text.encode("utf-8") for path, text in visible.items() if path != _FILE_LIST]
+    # The start state's texts were read already, compared with the original: the fingerprint holds
+    # nothing found where they may show it, and the copies they keep are findings. Only what else
+    # lies there is read, git's objects and any file that is not plain text.
+    encoded = {path: text.encode("utf-8") for path, text in visible.items() if path != _FILE_LIST}
+    clean = [data for path, data in encoded.items() if scanner.reads_alike(path, data)]
     reply = scanner.scan({"fingerprints": {"task": fingerprint.to_json()}, "roots": [str(start_dir)],
                              "clean_texts": clean})
     prefix = str(start_dir)
-    findings = [
+    findings = [{"path": f"{WORKSPACE}/{copy['path']}", "kind": copy["kind"], "match": "copy", "detail": copy["detail"]}
+                for copy in fingerprint.copies]
+    findings += [
         {**_brief(f), "path": WORKSPACE + str(f["path"]).removeprefix(prefix)} for f in reply["findings"]["task"]
     ]
-    # Fail closed: what the scan left unread for its limits (too large, nested too deep, inflating
-    # past the budget) or could not open may hold a copy, so the start state is not clean. A
-    # container that is merely damaged (its raw bytes were read) stays a skip: test suites ship
-    # broken archives on purpose.
-    findings += [{"path": WORKSPACE + str(s["path"]).removeprefix(prefix), "kind": "unscanned", "match": s["reason"]}
-                 for s in reply.get("skipped", []) if unread(s["reason"])]
+    # The host reads the start state with its own permissions, which are not the agent's: fail
+    # closed on every error.
+    findings += [{**f, "path": WORKSPACE + str(f["path"]).removeprefix(prefix)}
+                 for f in _unscanned(reply.get("skipped", []), denied_is_unread=True)]
     result = AuditResult(findings=findings, fingerprint=_counts(fingerprint), files=reply["files"],
                          bytes=reply["bytes"], seconds=time.monotonic() - started)
     return fingerprint, result
@@ -154,6 +170,8 @@ def scan_image(
     files there: a fresh one, or a repository's warm one (whose /tmp holds taskforge's own tools
     and is left out). Returns findings per fingerprint key, and the scan's totals (files, bytes,
     seconds). A scan that fails or answers nothing raises: an audit that did not run is not clean.
+    It fails closed as the start state's scan does: what it left unread, but for what the
+    sandbox's user (the agent's) may not read, is an ``unscanned`` finding of every task.
     """
     if not fingerprints:
         return {}, {"files": 0, "bytes": 0, "seconds": 0.0}
@@ -171,5 +189,7 @@ def scan_image(
         reply = json.loads(result.stdout)
     except json.JSONDecodeError as err:
         raise TaskforgeError(f"the image audit gave no report: {err}", reason="audit_failed") from err
-    findings = {key: [_brief(f) for f in reply["findings"].get(key, [])] for key in fingerprints}
+    # What the scan left unread may hold a copy of any task's code: every task's audit is unclean.
+    unscanned = _unscanned(reply.get("skipped", []), denied_is_unread=False)
+    findings = {key: [_brief(f) for f in reply["findings"].get(key, [])] + unscanned for key in fingerprints}
     return findings, {"files": reply["files"], "bytes": reply["bytes"], "seconds": reply["seconds"]}
