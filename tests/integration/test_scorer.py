@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from taskforge.datasets import read_tasks
-from taskforge.repo.patches import apply_patch, diff
+from taskforge.repo.patches import apply_patch
 from taskforge.repo.startstate import rebuild_start_state
 from taskforge.sandbox import SandboxLimits
 from taskforge.scoring.scorer import Scorer
 from taskforge.task import Task
+from tests.integration.hacks import Ctx
 
 pytestmark = pytest.mark.docker
 
@@ -47,43 +45,6 @@ def quick_scorer(backend, base_image):  # type: ignore[no-untyped-def]
     """For the hacks that run until a limit stops them: a short timeout, no containers kept ahead."""
     with Scorer(backend=backend, limits=SandboxLimits.load(**LIMITS), timeout_s=8, prestart=0) as scorer:
         yield scorer
-
-
-@dataclass
-class Ctx:
-    """A task's start state, and the file its feature lives in (as the gold patch writes it)."""
-
-    task: Task
-    start: Path
-    gold: dict[str, str | None]
-    hidden: dict[str, str | None]
-    feature_file: str
-
-    def base(self, on_gold: bool) -> dict[str, str | None]:
-        return dict(self.gold) if on_gold else {}
-
-    def text(self, rel: str, changes: dict[str, str | None]) -> str:
-        if rel in changes:
-            return changes[rel] or ""
-        path = self.start / rel
-        return path.read_text() if path.is_file() else ""
-
-    def with_code(self, *parts: str, on_gold: bool) -> dict[str, str | None]:
-        """The feature's module with the code ``parts`` appended (at module level: it runs on import)."""
-        changes = self.base(on_gold)
-        code = "".join(textwrap.dedent(part) for part in parts)
-        changes[self.feature_file] = self.text(self.feature_file, changes) + "\n" + code
-        return changes
-
-    def patch(self, changes: dict[str, str | None]) -> str:
-        return diff(self.start, {}, changes)
-
-    def replace_target(self, expression: str) -> str:
-        """Module-level code that makes the removed feature evaluate ``expression`` when called."""
-        qualname = self.task.target.partition(":")[2]
-        if qualname:
-            return f"{qualname} = lambda *args, **kwargs: {expression}\n"
-        return f"def __getattr__(name):\n    return lambda *args, **kwargs: {expression}\n"
 
 
 @pytest.fixture(scope="module")
