@@ -1082,7 +1082,9 @@ def _inflate_at(data: bytes, pos: int, size_hint: int) -> tuple[bytes, int]:
 
 
 def _pack_objects(data: bytes, budget: int) -> Iterator[tuple[str, bytes]]:
-    """(type, content) of every object in a git pack, deltas (OFS and REF) resolved."""
+    """(type, content) of every object in a git pack, deltas (OFS and REF) resolved. A delta
+    whose base is not in the pack (a thin pack: what ``git bundle create A..B`` writes) gives
+    what it inserts (type ``delta``): the new text is there, only what it copies is elsewhere."""
     if data[:4] != b"PACK":
         raise ValueError("not a pack")
     _, count = struct.unpack_from(">II", data, 4)
@@ -1167,6 +1169,30 @@ def _pack_objects(data: bytes, budget: int) -> Iterator[tuple[str, bytes]]:
     for offset in sorted(resolved):
         kind, content = resolved[offset]
         yield _GIT_TYPES[kind], content
+    for offset in sorted(set(entries) - set(resolved)):
+        yield "delta", _delta_inserts(entries[offset][1])
+
+
+def _delta_inserts(delta: bytes) -> bytes:
+    """What a git delta inserts, in order: the runs of one insert joined as they were written
+    (git cuts an insert every 127 bytes), a line break where a copy from the base comes between."""
+    pos = 0
+    for _ in range(2):  # the source and target sizes
+        while delta[pos] & 0x80:
+            pos += 1
+        pos += 1
+    out: list[bytes] = []
+    while pos < len(delta):
+        op = delta[pos]
+        pos += 1
+        if op & 0x80:
+            pos += bin(op & 0x7F).count("1")  # the copy's offset and size bytes
+            if out and out[-1] != b"\n":
+                out.append(b"\n")
+        elif op:
+            out.append(delta[pos:pos + op])
+            pos += op
+    return b"".join(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1804,7 +1830,10 @@ class _Scanner:
         for kind, content in _pack_objects(data, self.max_file_bytes * INFLATE_FACTOR):
             if kind == "tree":
                 continue
-            object_id = hashlib.sha1(b"%s %d\0" % (kind.encode(), len(content)) + content).hexdigest()
+            if kind == "delta":  # its base is elsewhere: what it inserts
+                object_id = "delta-" + hashlib.sha1(content).hexdigest()[:16]
+            else:
+                object_id = hashlib.sha1(b"%s %d\0" % (kind.encode(), len(content)) + content).hexdigest()
             self._content(content, "", f"{label}!{object_id}", (*chain, "git-pack"), depth + 1)
 
     # -- reporting --------------------------------------------------------------------------

@@ -483,6 +483,23 @@ def test_git_bundle_and_a_pack_under_another_name(tmp_path: Path, tasks: dict[st
     assert (f"data.bin!{blob}", "git-pack") in found
 
 
+def test_thin_git_bundle(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    """A bundle of the commits after the start state (``git bundle create start..HEAD``) holds a
+    thin pack: the original module is a delta against the start state's version, whose base is
+    not in the bundle. What the delta inserts, the removed body, is read."""
+    task = tasks["body"]
+    ws = workspace(tmp_path / "ws", task)
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(ws), str(clone))
+    shutil.copy(ORIGINAL / FEATURE["body"], clone / FEATURE["body"])
+    git(clone, "commit", "-q", "-am", "the feature back")
+    git(clone, "bundle", "create", "-q", str(ws / "later.bundle"), "origin/main..main")
+    findings = task.audit(ws)
+    located_in = [(os.path.relpath(f["path"], ws).split("!")[0], f["kind"]) for f in findings]
+    assert located_in == [("later.bundle", "git-bundle")]
+    assert "!pack!delta-" in findings[0]["path"] and findings[0]["match"] == "ngram"
+
+
 def test_git_alternates_are_followed(tmp_path: Path, tasks: dict[str, Task]) -> None:
     """A start state that borrows objects from a store outside the scanned roots: the store is read."""
     task = tasks["body"]
