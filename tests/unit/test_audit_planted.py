@@ -742,6 +742,7 @@ KEPT: dict[str, Callable[[str], tuple[str, str, str]]] = {
     "doctest session": lambda s: ("docs/folding.md", "Folding by hand:\n\n" + _doctest(removed_code(s)), "quoted"),
     "backup under a name the scrub does not know": lambda s: (FEATURE[s] + ".keep", original_module(s), "text"),
     "stale Python module": lambda s: (FEATURE[s].replace(".py", "_old.py"), original_module(s), "text"),
+    "a Python name no import reaches": lambda s: (FEATURE[s] + " pre-refactor.py", original_module(s), "text"),
     "commented out": lambda s: ("stanzakit/compat.py", _commented(removed_code(s)), "quoted"),
     "base64 in a module": lambda s: ("stanzakit/_resources.py", _in_python(removed_code(s).encode()).decode(),
                                      "base64"),

@@ -6,19 +6,21 @@ the removed function in a stub, a code block of the docs, a backup under a name 
 not know, a base64 blob, is visible too, and it is exactly the leak to find. So the start state
 is compared with the original, place by place (:func:`compare`):
 
-* **The project's code** (Python sources outside the docs, read as themselves) is the place the
-  original had its code; the start state must keep it. What it shares with the removed code
-  (another method with the same loop, a constant used twice, the kept signature and docstring
-  of a hollowed body) is no evidence, and leaves the fingerprint. One exception: a module that
-  is, as a whole, a copy of an original the task changed (``legacy.py`` beside ``headers.py``,
-  ``headers_old.py``) is a stale copy, not code the start state needs.
+* **The project's code** (Python sources outside the docs, under a name Python can import, read
+  as themselves) is the place the original had its code; the start state must keep it. What it
+  shares with the removed code (another method with the same loop, a constant used twice, the
+  kept signature and docstring of a hollowed body) is no evidence, and leaves the fingerprint.
+  One exception: a module that is, as a whole, a copy of an original the task changed
+  (``legacy.py`` beside ``headers.py``, ``headers_old.py``) is a stale copy, not code the start
+  state needs.
 * **Everywhere else** (documentation, stubs, notebooks, data, anything not named as Python
-  source, and whatever the audit decodes or unquotes out of any file: base64, hex, rot13,
-  UTF-16, commented-out lines, doctest sessions, patches) the start state holds code only as a
-  copy. A stretch there that repeats enough of the removed *implementation* verbatim (see
-  :func:`is_copy`) is a copy of the answer: a finding, whatever the original held at that place.
-  Less than that (a usage example, an idiom, a signature the docs spell out) is no evidence, and
-  leaves the fingerprint as before.
+  source, copies under a Python suffix that no import reaches such as ``grammar.py
+  pre-rewriting.py``, and whatever the audit decodes or unquotes out of any file: base64, hex,
+  rot13, UTF-16, commented-out lines, doctest sessions, patches) the start state holds code only
+  as a copy. A stretch there that repeats enough of the removed *implementation* verbatim (see
+  :meth:`Removed.is_copy`) is a copy of the answer: a finding, whatever the original held at
+  that place. Less than that (a usage example, an idiom, a signature the docs spell out) is no
+  evidence, and leaves the fingerprint as before.
 
 Only the implementation counts towards a copy: signatures, decorators and docstrings are what the
 task shows anyway (a hollowed body keeps them, a problem statement's Interface section quotes
@@ -120,9 +122,12 @@ class Comparison:
 
 
 def is_code(path: str) -> bool:
-    """Whether a start-state path is the project's code (see the module doc)."""
+    """Whether a start-state path is the project's code (see the module doc): a Python source
+    outside the docs whose name Python can import. ``grammar.py pre-rewriting.py``,
+    ``headers copy.py`` or ``headers.orig.py`` is a copy kept under a Python suffix."""
     pure = PurePosixPath(path)
-    return pure.suffix in CODE_SUFFIXES and DOC_FOLDERS.isdisjoint(part.lower() for part in pure.parts[:-1])
+    return (pure.suffix in CODE_SUFFIXES and pure.stem.isidentifier()
+            and DOC_FOLDERS.isdisjoint(part.lower() for part in pure.parts[:-1]))
 
 
 def compare(
