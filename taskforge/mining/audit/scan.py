@@ -110,7 +110,8 @@ def audit_start_state(
     """Fingerprint what the task removed and scan its start state (``start_dir``, .git included).
 
     ``before``/``after``: the changed files' original and start-state texts; ``visible``: every
-    text file of the start state (what the fingerprint must not contain); ``interfaces``: names
+    text file of the start state, compared with the original (what the fingerprint must not
+    contain, and the copies it keeps, each a finding with match ``copy``); ``interfaces``: names
     the environment's dependencies define (``taskforge.mining.audit.vocabulary.interface_names``).
     """
     started = time.monotonic()
