@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -70,6 +71,9 @@ def mine_one(source: str, config: MineConfig, limits: SandboxLimits, make_scorer
     except TaskforgeError as err:
         return RepoOutcome(source=source, failure=f"{err} [{err.reason}]", reason=err.reason, worker=worker,
                            seconds=time.monotonic() - started)
+    except Exception as err:  # noqa: BLE001 - a bug of ours on one repository must not end the run
+        return RepoOutcome(source=source, failure=f"{_where(err)} [{INTERNAL_ERROR}]", reason=INTERNAL_ERROR,
+                           worker=worker, seconds=time.monotonic() - started)
     summary = {
         "source": source, "candidates": result.candidates, "attempted": result.attempted,
         "tasks": len(result.tasks), "rejections": dict(result.rejections), "rejected": result.rejected,
@@ -81,6 +85,18 @@ def mine_one(source: str, config: MineConfig, limits: SandboxLimits, make_scorer
         summary["prefix"] = f"tasks-{result.tasks[0].repo}-{result.tasks[0].source_commit[:12]}-s{config.seed}"
     return RepoOutcome(source=source, rows=[t.to_row() for t in result.tasks], summary=summary, worker=worker,
                        seconds=time.monotonic() - started)
+
+
+INTERNAL_ERROR = "internal_error"
+"""The reason of a repository that failed on a bug in taskforge itself, not on the repository."""
+
+
+def _where(err: BaseException) -> str:
+    """One line for a bug report: the exception and the innermost frame it was raised in."""
+    frames = traceback.extract_tb(err.__traceback__)
+    place = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    message = " ".join(str(err).split())[:300]
+    return f"taskforge bug: {type(err).__name__}: {message}{place}; please report it with this line"
 
 
 Executor = Callable[[Sequence[str], MiningRecipe], Iterator[RepoOutcome]]

@@ -250,12 +250,18 @@ def _resolve(
     extras: Sequence[str],
     requirements: Sequence[DetectedRequirement],
     wheelhouse: Path,
+    *,
+    excluded: Sequence[str] = (),
 ) -> tuple[list[DetectedRequirement], list[DroppedRequirement]]:
-    """Fill ``wheelhouse`` with wheels for the project's dependencies and the test requirements."""
+    """Fill ``wheelhouse`` with wheels for the project's dependencies and the test requirements;
+    ``excluded`` are releases (``name!=version``) the image's Python cannot install."""
     project_req = f"{project.path}[{','.join(extras)}]" if extras else str(project.path)
+    constraints = wheelhouse.parent / "constraints.txt"
+    constraints.write_text("".join(f"{line}\n" for line in excluded))
 
     def attempt(reqs: Sequence[DetectedRequirement]) -> subprocess.CompletedProcess[str]:
-        return _pip(python, ["wheel", "--wheel-dir", str(wheelhouse), project_req, *(r.requirement for r in reqs)])
+        return _pip(python, ["wheel", "--wheel-dir", str(wheelhouse), "-c", str(constraints), project_req,
+                             *(r.requirement for r in reqs)])
 
     proc = attempt(requirements)
     if proc.returncode == 0:
@@ -288,6 +294,65 @@ def _resolve(
     if proc.returncode != 0:
         raise DependencyError(f"cannot resolve the test requirements of {project.name}: {_pip_error(proc)}")
     return kept, dropped
+
+
+_MAX_PYTHON_RETRIES = 8
+
+
+def _resolve_for_image(
+    python: str,
+    image_python: str,
+    project: _ProjectWheel,
+    extras: Sequence[str],
+    requirements: Sequence[DetectedRequirement],
+    wheelhouse: Path,
+) -> tuple[list[DetectedRequirement], list[DroppedRequirement]]:
+    """:func:`_resolve`, then every wheel's Requires-Python is checked against the image's full
+    Python version (the host's ``python3.11`` may be 3.11.7 where the image has 3.11.2): a release
+    that does not fit is excluded and the set resolved again, so pip picks an older one."""
+    excluded: list[str] = []
+    for _ in range(_MAX_PYTHON_RETRIES):
+        shutil.rmtree(wheelhouse, ignore_errors=True)
+        wheelhouse.mkdir()
+        try:
+            kept, dropped = _resolve(python, project, extras, requirements, wheelhouse, excluded=excluded)
+        except DependencyError as err:
+            if not excluded:
+                raise
+            raise DependencyError(
+                f"{err}; the releases that resolve on the host need a newer Python than the image's "
+                f"{image_python} ({', '.join(excluded)} excluded for that)",
+                reason="python_mismatch",
+            ) from err
+        misfits = [w for w in sorted(wheelhouse.glob("*.whl")) if not _fits(w, image_python)]
+        if not misfits or not image_python:
+            return kept, dropped
+        excluded += ["%s!=%s" % _wheel_dist(w.name) for w in misfits]
+    raise DependencyError(
+        f"cannot resolve the dependencies of {project.name} for the image's Python {image_python}: "
+        f"every release tried requires a newer one ({', '.join(excluded[-3:])} excluded last)",
+        reason="python_mismatch",
+    )
+
+
+def _fits(wheel: Path, image_python: str) -> bool:
+    """Whether the wheel's Requires-Python admits ``image_python`` (a wheel without one does)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    if not image_python:
+        return True
+    with zipfile.ZipFile(wheel) as archive:
+        name = next((n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
+        if name is None:
+            return True
+        metadata = email.parser.BytesHeaderParser().parsebytes(archive.read(name))
+    requires = metadata.get("Requires-Python")
+    if not requires:
+        return True
+    try:
+        return SpecifierSet(str(requires)).contains(image_python, prereleases=True)
+    except InvalidSpecifier:
+        return True  # pip installs what it cannot parse the same way
 
 
 def _wheel_dist(filename: str) -> tuple[str, str]:
@@ -326,11 +391,10 @@ def build_environment(
         project = _build_project_wheel(snapshot, python, work / "project-wheel")
         extras = sorted(e for e in detected.extras if canonicalize_name(e) in project.provides_extra)
         wheelhouse = work / "wheels"
-        wheelhouse.mkdir()
         requirements = list(detected.requirements)
         names = {r.name for r in requirements}
         requirements += [r for r in _TOOL_REQUIREMENTS if r.name not in names]
-        kept, dropped = _resolve(python, project, extras, requirements, wheelhouse)
+        kept, dropped = _resolve_for_image(python, base.python_full, project, extras, requirements, wheelhouse)
         own = canonicalize_name(project.name)
         for wheel in wheelhouse.glob("*.whl"):
             if _wheel_dist(wheel.name)[0] == own:

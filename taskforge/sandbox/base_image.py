@@ -39,6 +39,9 @@ class BaseImage:
     """``major.minor`` of the image's python3; host-side wheel resolution must match it."""
     origin: str
     """How it was made: ``debootstrap bookworm`` or ``from python:3.12-slim``."""
+    python_full: str = ""
+    """The image's full Python version (``3.11.2``): wheels are checked against their Requires-Python
+    with it, since a host of the same ``major.minor`` may be a newer patch release."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,13 +88,18 @@ def build_base(backend: SandboxBackend, *, from_image: str | None = None, force:
                 dockerfile = template.format(from_image=from_image, recipe_hash=recipe_hash)
                 (Path(ctx) / "Dockerfile").write_text(dockerfile)
                 backend.build_image(Path(ctx), tag=tag, labels={"taskforge.base.origin": origin})
-    base = BaseImage(tag=tag, image_id=backend.image_id(tag), python=_probe_python(backend, tag), origin=origin)
+    python, python_full = _probe_python(backend, tag)
+    base = BaseImage(tag=tag, image_id=backend.image_id(tag), python=python, origin=origin, python_full=python_full)
+    _record(base)
+    return base
+
+
+def _record(base: BaseImage) -> None:
     state = _state_file()
     state.parent.mkdir(parents=True, exist_ok=True)
     tmp = state.with_suffix(".tmp")
     tmp.write_text(json.dumps(base.to_json(), indent=2))
     tmp.replace(state)
-    return base
 
 
 def _build_offline(backend: SandboxBackend, *, script: Path, tag: str) -> None:
@@ -122,15 +130,18 @@ def _build_offline(backend: SandboxBackend, *, script: Path, tag: str) -> None:
         )
 
 
-def _probe_python(backend: SandboxBackend, tag: str) -> str:
+def _probe_python(backend: SandboxBackend, tag: str) -> tuple[str, str]:
+    """``(major.minor, major.minor.micro)`` of the image's python3."""
     limits = SandboxLimits.load(memory_mb=512)
     with backend.start(tag, limits=limits) as box:
         result = box.exec(
-            ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], timeout_s=60
+            ["python3", "-c", "import sys; print('%d.%d %d.%d.%d' % (sys.version_info[:2] + sys.version_info[:3]))"],
+            timeout_s=60,
         )
     if result.exit_code != 0:
         raise SandboxError(f"base image {tag} has no working python3: {result.text().strip()[:200]}")
-    return result.stdout.decode().strip()
+    minor, full = result.stdout.decode().split()
+    return minor, full
 
 
 def current_base(backend: SandboxBackend) -> BaseImage:
@@ -146,4 +157,7 @@ def current_base(backend: SandboxBackend) -> BaseImage:
             f"base image {base.tag} is gone; run `taskforge sandbox build-base` again",
             reason="base_image_missing",
         )
+    if not base.python_full:  # recorded before the full version was
+        base = BaseImage(**{**base.to_json(), "python_full": _probe_python(backend, base.tag)[1]})
+        _record(base)
     return base

@@ -120,3 +120,21 @@ def test_docker_engine_not_running(cache: Path, tmp_path: Path) -> None:
         "test", "pypi:iniconfig==2.3.1", cache=cache, env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}
     )
     _assert_clean_failure(proc, reason="sandbox_unavailable", mentions="Docker engine is not reachable")
+
+
+def test_a_bug_of_ours_on_one_repository_is_recorded_not_raised(cache: Path, tmp_path: Path) -> None:
+    """An unexpected exception inside mining one repository (here a scorer factory that crashes)
+    comes back as that repository's failure, ``internal_error``, naming where it came from; the
+    run that called it goes on."""
+    from taskforge.mining.config import MineConfig
+    from taskforge.mining.run import INTERNAL_ERROR, mine_one
+    from taskforge.sandbox import SandboxLimits
+
+    def crashing_factory(backend, limits, timeout_s):  # type: ignore[no-untyped-def]
+        raise ZeroDivisionError("the scorer could not be made")
+
+    outcome = mine_one("pypi:iniconfig==2.3.1", MineConfig(), SandboxLimits(), crashing_factory)
+    assert outcome.reason == INTERNAL_ERROR
+    assert outcome.rows == []
+    assert "ZeroDivisionError: the scorer could not be made" in outcome.failure
+    assert "crashing_factory" in outcome.failure and outcome.failure.endswith(f"[{INTERNAL_ERROR}]")

@@ -490,3 +490,18 @@ def test_syntax_error_and_bad_paths(tmp_path: Path) -> None:
         build_index(tmp_path, package_paths=["missing"])
     with pytest.raises(ValueError, match="at least one"):
         build_index(tmp_path, package_paths=[])
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_signatures_in_files_of_any_newline(newline: str) -> None:
+    """A CRLF module (lark ships some) gives the same one-line headers as an LF one."""
+    import libcst as cst
+
+    from taskforge.repo.symbols.signatures import signature_of
+
+    source = newline.join(
+        ["class Conf:", '    """Doc."""', "", "class Bare: pass", "def f(a,", "      b=1) -> int:", "    return a", ""]
+    )
+    tree = cst.parse_module(source.encode())
+    headers = [signature_of(tree, node) for node in tree.body if isinstance(node, cst.ClassDef | cst.FunctionDef)]
+    assert headers == ["class Conf", "class Bare", "def f(a, b=1) -> int"]

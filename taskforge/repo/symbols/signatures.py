@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import tokenize
 
 import libcst as cst
@@ -14,13 +15,18 @@ _OPENERS = frozenset("([{")
 _CLOSERS = frozenset(")]}")
 
 
+_PLACEHOLDER = re.compile(r":[ \t]*pass[ \t]*(\r\n|\r|\n)?\Z")
+
+
 def signature_of(tree: cst.Module, node: cst.FunctionDef | cst.ClassDef) -> str:
     """The header as written (``def f(a, b=1) -> int``), on one line, without comments."""
     placeholder = cst.SimpleStatementSuite(body=[cst.Pass()])
     header = tree.code_for_node(node.with_changes(decorators=(), leading_lines=(), body=placeholder))
-    suffix = ": pass\n"
-    assert header.endswith(suffix), header
-    header = header[: -len(suffix)]
+    # The module's own newline ends the placeholder: "\r\n" in a CRLF file.
+    match = _PLACEHOLDER.search(header)
+    if match is None:
+        raise ValueError(f"cannot find the header of {header!r}")
+    header = header[: match.start()].replace("\r\n", "\n").replace("\r", "\n")
     return _one_line(header.rstrip())
 
 
