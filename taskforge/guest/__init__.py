@@ -3,6 +3,8 @@
 - ``driver``: runs pytest in the container (fresh interpreters or a warm fork server);
 - ``plugin``: pytest's report plugin, the JUnit-style outcomes the host reads;
 - ``guard``: the scoring guard plugin that watches pytest's reporting machinery;
+- ``supervisor``: runs a scoring run's driver as the sandbox user and reads its tests' outcomes,
+  as they happen, as root;
 - ``scanner``: the leak scanner the audit runs over a start state or a whole image.
 
 The host reads each file with :func:`source` and writes it into the container under the name the
@@ -15,11 +17,11 @@ from pathlib import Path
 
 __all__ = ["PROGRAMS", "source", "source_path"]
 
-PROGRAMS = ("driver", "plugin", "guard", "scanner")
+PROGRAMS = ("driver", "plugin", "guard", "supervisor", "scanner")
 
 
 def source_path(program: str) -> Path:
-    """The file of one guest program (``driver``, ``plugin``, ``guard`` or ``scanner``)."""
+    """The file of one guest program (one of :data:`PROGRAMS`)."""
     if program not in PROGRAMS:
         raise ValueError(f"no guest program {program!r}; known: {', '.join(PROGRAMS)}")
     return Path(__file__).with_name(f"{program}.py")

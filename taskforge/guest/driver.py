@@ -33,6 +33,10 @@ The request says:
 - ``fork_server``: run pytest in a child forked from a *fork server* of this container that has
   pytest and its plugins imported already (see below), instead of in a new interpreter.
 
+Under the scoring supervisor (``supervisor.py``) the driver's environment has
+``$TASKFORGE_OUTCOME_FD``, a pipe the supervisor reads as root: pytest inherits it (and the run
+never goes to a fork server, which does not have it).
+
 Fork server: a warm container runs pytest hundreds of times, and a new interpreter spends about
 0.1 s of CPU importing pytest before it collects anything. ``driver.py --fork-server SLOT`` starts
 one that imports pytest (and the plugins pytest would load) with the workspace first on
@@ -76,6 +80,7 @@ SERVER_STATE = TOOL_DIR + "/fork-server-%d.json"
 SERVER_LOG = TOOL_DIR + "/fork-server-%d.log"
 SERVER_TURN = TOOL_DIR + "/fork-server-turn"
 SERVER_EXIT = TOOL_DIR + "/fork-server-exit"
+OUTCOME_ENV = "TASKFORGE_OUTCOME_FD"
 SERVER_SLOTS = 2
 SERVER_START_S = 60.0
 # Bytecode (and pytest's rewritten test modules) outlive the reset here, so a warm container
@@ -235,6 +240,7 @@ def _run(request, nonce, imports):  # type: ignore[no-untyped-def]
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                pass_fds=_outcome_fds(),
             ).returncode
     after = _limit_counters()
     with open(OUTPUT, "rb") as f:
@@ -258,6 +264,12 @@ def _run(request, nonce, imports):  # type: ignore[no-untyped-def]
         "seconds": time.monotonic() - started,
         "interpreter": interpreter,
     }
+
+
+def _outcome_fds():  # type: ignore[no-untyped-def]
+    """The supervisor's outcome pipe (``supervisor.py``), which pytest inherits, if there is one."""
+    fd = os.environ.get(OUTCOME_ENV, "")
+    return (int(fd),) if fd.isdigit() else ()
 
 
 def _reap() -> None:
@@ -316,7 +328,8 @@ def _may_fork(request):  # type: ignore[no-untyped-def]
     """Runs the fork server may serve: plain interpreter options, no coverage (the baseline's
     tracer starts with the interpreter)."""
     return (request.get("fork_server", False) and request.get("bytecode_cache", True)
-            and not request.get("python_args") and not request.get("coverage"))
+            and not request.get("python_args") and not request.get("coverage")
+            and OUTCOME_ENV not in os.environ)
 
 
 def _interpreter_env(env):  # type: ignore[no-untyped-def]

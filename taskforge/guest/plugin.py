@@ -12,6 +12,11 @@ with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``. It adds JUnit properties that ``taskf
   is removed from the environment before any ``conftest.py`` is imported, so test code cannot read
   it and forge a report that passes the scorer's check.
 
+With ``$TASKFORGE_OUTCOME_FD`` set (the scoring supervisor's pipe, see ``supervisor.py``), it
+writes one JSON line to that descriptor as each test finishes, ``{"t": NODEID, "o": OUTCOME}``
+(``passed`` only when setup, call and teardown all passed and the test is not an xfail), and
+``{"finish": EXIT_STATUS}`` when the session ends.
+
 With ``$TASKFORGE_COVERAGE_OUT`` set it also measures line coverage (coverage.py) of the
 directories in ``$TASKFORGE_COVERAGE_SOURCE`` with one context per test, and writes
 ``{node id: {file: [lines]}}`` as JSON to that path when pytest ends. With
@@ -37,6 +42,11 @@ COVERAGE_OUT_ENV = "TASKFORGE_COVERAGE_OUT"
 COVERAGE_SOURCE_ENV = "TASKFORGE_COVERAGE_SOURCE"
 SELECT_ENV = "TASKFORGE_SELECT"
 LAYOUT_OUT_ENV = "TASKFORGE_LAYOUT_OUT"
+OUTCOME_ENV = "TASKFORGE_OUTCOME_FD"
+
+_outcome_fd_text = os.environ.pop(OUTCOME_ENV, "")
+_OUTCOME_FD = int(_outcome_fd_text) if _outcome_fd_text.isdigit() else None
+_phases: dict[str, str] = {}
 
 _nonce_key = pytest.StashKey[str]()
 _coverage_key = pytest.StashKey[Any]()
@@ -174,3 +184,35 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     if hasattr(report, "wasxfail"):  # set by pytest's skipping plugin on xfailed and non-strict xpassed reports
         item.user_properties.append((OUTCOME_PROPERTY, "xpassed" if report.passed else "xfailed"))
+
+
+def _emit(record: dict[str, Any]) -> None:
+    if _OUTCOME_FD is None:
+        return
+    try:
+        os.write(_OUTCOME_FD, (json.dumps(record) + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass  # the pipe is gone: the outcomes never arrive, and the tests count as not passed
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _OUTCOME_FD is None:
+        return
+    state = _phases.get(report.nodeid, "passed")
+    if hasattr(report, "wasxfail"):
+        state = "xpassed" if report.passed else "xfailed"
+    elif report.failed:
+        state = "failed" if report.when == "call" and state == "passed" else ("error" if state == "passed" else state)
+    elif report.skipped and state == "passed":
+        state = "skipped"
+    _phases[report.nodeid] = state
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    if _OUTCOME_FD is not None:
+        _emit({"t": nodeid, "o": _phases.pop(nodeid, "missing")})
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _emit({"finish": int(exitstatus)})

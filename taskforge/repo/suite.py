@@ -45,6 +45,7 @@ from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
 
 __all__ = [
     "Agreement",
+    "OutcomeStream",
     "RunResult",
     "RunStatus",
     "SuiteResult",
@@ -52,6 +53,7 @@ __all__ = [
     "check_run",
     "compare_runs",
     "find_test_files",
+    "parse_stream",
     "pytest_command",
     "require_test_files",
     "run_suite",
@@ -64,6 +66,7 @@ _TOOL_DIR = "/tmp/taskforge"
 _REPORT = f"{_TOOL_DIR}/report.xml"
 _PLUGIN_DIR = f"{_TOOL_DIR}/plugin"
 _DRIVER_SOURCE = guest.source_path("driver")
+_SUPERVISOR_SOURCE = guest.source_path("supervisor")
 _REPLY_LIMIT = 1 << 30  # the driver's reply carries the whole JUnit report
 _SKIP_DIRS = {".git", ".tox", ".nox", ".venv", "venv", "node_modules", "build", "dist", "site-packages"}
 
@@ -113,6 +116,51 @@ def pytest_command(*, report: str, extra_args: Sequence[str] = ()) -> list[str]:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class OutcomeStream:
+    """What the scoring supervisor (``taskforge/guest/supervisor.py``) read, as root, from the pipe
+    pytest's plugin writes each test's outcome to as the test finishes."""
+
+    outcomes: dict[str, str]
+    """Node id → outcome (``passed`` only when setup, call and teardown passed), first line each."""
+    finish: int | None
+    """pytest's exit status as its session ended; None when the session never ended."""
+    faults: tuple[str, ...]
+    """What does not belong in an honest stream: a test reported twice, a second session end, a
+    line that is not one of the plugin's, more than the supervisor keeps."""
+    driver_exit: int | None = None
+
+
+def parse_stream(text: str, *, overflow: bool = False, closed: bool = True) -> OutcomeStream:
+    """The supervisor's raw stream as :class:`OutcomeStream`."""
+    outcomes: dict[str, str] = {}
+    finish: int | None = None
+    faults: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            faults.append(f"line {number} of the outcome stream is not JSON")
+            continue
+        if isinstance(record, dict) and set(record) == {"t", "o"} and isinstance(record["t"], str) \
+                and isinstance(record["o"], str):
+            if record["t"] in outcomes or finish is not None:
+                faults.append(f"{record['t']} reported {'again' if record['t'] in outcomes else 'after the session ended'}")
+            else:
+                outcomes[record["t"]] = record["o"]
+        elif isinstance(record, dict) and set(record) == {"finish"} and isinstance(record["finish"], int):
+            if finish is not None:
+                faults.append("the session ended twice")
+            finish = record["finish"]
+        else:
+            faults.append(f"line {number} of the outcome stream is not the plugin's")
+    if overflow:
+        faults.append("the outcome stream overflowed")
+    if not closed:
+        faults.append("the outcome stream never closed")
+    return OutcomeStream(outcomes=outcomes, finish=finish, faults=tuple(faults))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunResult:
     """One execution of the suite."""
 
@@ -139,6 +187,8 @@ class RunResult:
     interpreter: str = ""
     """What ran pytest: ``fork`` (a child of the container's fork server), ``new`` (a new
     interpreter; with why no fork server served it, where one was asked for), or "" (unknown)."""
+    stream: OutcomeStream | None = None
+    """A supervised run's outcomes as they left the test process (``supervised=True``)."""
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(r.outcome for r in self.results.values()))
@@ -300,6 +350,7 @@ class SuiteRunner:
             {
                 f"{tools}/plugin/{PLUGIN_MODULE}.py": plugin_source().encode(),
                 f"{tools}/driver.py": _DRIVER_SOURCE.read_bytes(),
+                f"{tools}/supervisor.py": _SUPERVISOR_SOURCE.read_bytes(),
                 **{f"{tools}/plugin/{name}": content for name, content in self._tool_files.items()},
             },
             "/tmp",
@@ -328,6 +379,7 @@ class SuiteRunner:
         env: Mapping[str, str] | None = None,
         python_args: Sequence[str] = (),
         fork_server: bool | None = None,
+        supervised: bool = False,
     ) -> RunResult:
         """Run pytest on the snapshot with ``changes`` (path → new text, None = deleted) applied.
 
@@ -336,11 +388,14 @@ class SuiteRunner:
         import before pytest runs (failures land in ``RunResult.import_errors``); ``pytest=False``
         makes the run an import check alone. ``env`` adds to pytest's environment; ``python_args``
         go to the interpreter (before ``-m pytest``); ``fork_server`` overrides the runner's choice
-        for this run (False: a new interpreter, as every fresh container has).
+        for this run (False: a new interpreter, as every fresh container has). ``supervised`` runs
+        the driver under the scoring supervisor (a container started with
+        ``SandboxLimits.supervisor``): ``RunResult.stream`` then holds the outcomes as they left
+        the test process.
         """
         return self.run_repeated(changes=changes, select=select, coverage=coverage, imports=imports,
                                  extra_args=extra_args, pytest=pytest, env=env, python_args=python_args, repeats=1,
-                                 fork_server=fork_server)[0]
+                                 fork_server=fork_server, supervised=supervised)[0]
 
     def run_repeated(
         self,
@@ -356,6 +411,7 @@ class SuiteRunner:
         python_args: Sequence[str] = (),
         fork_server: bool | None = None,
         layout: bool = False,
+        supervised: bool = False,
     ) -> list[RunResult]:
         """:meth:`run`, ``repeats`` times in one exec: each repeat starts from a fresh reset of the
         same state, after every process of the one before was killed. ``imports`` are checked
@@ -383,15 +439,36 @@ class SuiteRunner:
         # One line of JSON, then the tar: a long selection does not fit in one argv entry.
         payload = json.dumps(request).encode() + b"\n" + _tar(text_changes)
         started = time.monotonic()
+        if supervised:
+            uid, _, gid = self.limits.user.partition(":")
+            command = ["python", "-I", "-S", f"{_TOOL_DIR}/supervisor.py", uid, gid or uid]
+        else:
+            command = ["python", f"{_TOOL_DIR}/driver.py"]
         result = box.exec(
-            ["python", f"{_TOOL_DIR}/driver.py"],
+            command,
             timeout_s=self.timeout_s * repeats,
             workdir=WORKSPACE,
             stdin=payload,
             output_limit=_REPLY_LIMIT * repeats,
             reap=False,  # the driver reaps, and reports the limits hit
+            user="0:0" if supervised else None,
         )
         duration = time.monotonic() - started
+        stream: OutcomeStream | None = None
+        if supervised and not result.timed_out and result.exit_code == 0:
+            outer = json.loads(result.stdout)
+            stream = parse_stream(outer["stream"], overflow=outer["stream_overflow"], closed=outer["stream_closed"])
+            stream = replace(stream, driver_exit=outer["driver_exit"])
+            if outer["driver_exit"] != 0 or outer["reply_overflow"]:
+                failed = _run_result(None, None, outer["reply"] + outer["stderr"], duration, timed_out=False,
+                                     oom=False, truncated=outer["reply_overflow"])
+                return [replace(failed, stream=stream, limits_hit=(result.limit_hit,) if result.limit_hit else ())]
+            try:
+                json.loads(outer["reply"])
+            except ValueError as err:  # something wrote to the driver's stdout besides the driver
+                raise TestRunError(f"the driver's reply of {self.snapshot.source} is not its own: {err}",
+                                   reason="report_forged") from err
+            result = replace(result, stdout=outer["reply"].encode())
         if result.timed_out or result.limit_hit is not None or result.exit_code != 0:
             failed = _run_result(None, None, result.text(), duration / repeats, timed_out=result.timed_out,
                                  oom=result.limit_hit == "oom", truncated=result.truncated)
@@ -400,9 +477,10 @@ class SuiteRunner:
         # Files a state adds (a hidden test file the test_patch brings back) help map node ids too.
         known = [*self.known_paths, *(p for p, text in changes.items() if text is not None and p not in self.known_paths)]
         replies = json.loads(result.stdout)
-        return [self._reply_result(reply, nonce, known, truncated=result.truncated,
+        runs = [self._reply_result(reply, nonce, known, truncated=result.truncated,
                                    duration=duration if repeats == 1 else reply["seconds"])
                 for reply, nonce in zip(replies, nonces, strict=True)]
+        return [replace(run, stream=stream) for run in runs] if stream is not None else runs
 
     def _reply_result(
         self, reply: dict[str, Any], nonce: str, known: Sequence[str], *, truncated: bool, duration: float

@@ -61,6 +61,11 @@ class SandboxLimits:
     """Docker security options."""
     output_limit_bytes: int = 4 * 1024 * 1024
     """Bytes kept per output stream of one exec; the rest is discarded and flagged."""
+    supervisor: bool = False
+    """Start the container's init as root with only the SETUID and SETGID capabilities, so that an
+    exec as root (``Sandbox.exec(user="root")``, the scoring supervisor) can run the tests as
+    ``user`` and read their outcomes where the tests cannot reach. Every other exec still runs as
+    ``user``, with no capabilities."""
     cgroup_parent: str = ""
     """The cgroup the sandboxes are created under (Docker's --cgroup-parent; "" is the engine's
     default): a cluster's accounting, or a benchmark that counts its own containers' CPU alone."""
@@ -134,6 +139,7 @@ class Sandbox(Protocol):
         stdin: bytes | None = None,
         output_limit: int | None = None,
         reap: bool = True,
+        user: str | None = None,
     ) -> ExecResult: ...
 
     def put_tree(self, src: Path, dest: str, *, exclude: Sequence[str] = ()) -> None: ...

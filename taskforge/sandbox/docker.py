@@ -105,7 +105,11 @@ class DockerBackend:
                 image,
                 command=["python3", "-c", _REAPER],
                 detach=True,
-                user=limits.user,
+                # Only the supervisor's container starts as root, and then with SETUID and SETGID
+                # alone: its execs as root get those to drop to ``limits.user``; every other exec
+                # runs as ``limits.user`` with no capabilities at all.
+                user="0:0" if limits.supervisor else limits.user,
+                cap_add=["SETUID", "SETGID"] if limits.supervisor else None,
                 network_mode=limits.network,
                 mem_limit=f"{limits.memory_mb}m",
                 memswap_limit=f"{limits.memory_mb}m",
@@ -281,6 +285,7 @@ class DockerSandbox:
         stdin: bytes | None = None,
         output_limit: int | None = None,
         reap: bool = True,
+        user: str | None = None,
     ) -> ExecResult:
         """Run ``cmd`` and wait for it, at most ``timeout_s`` seconds.
 
@@ -288,7 +293,13 @@ class DockerSandbox:
         outlives it into the next command. On timeout the whole container is killed instead:
         that ends every process however it forked or detached, even when a fork bomb holds
         every pid so that no further exec could start. The sandbox is then dead.
+
+        ``user`` runs the command as another user than the sandbox's (``root``: only in a
+        container started with ``SandboxLimits.supervisor``, whose init holds SETUID and SETGID).
         """
+        if user is not None and user != self.limits.user and not self.limits.supervisor:
+            raise SandboxError(f"exec as {user} needs a sandbox started with the supervisor setting",
+                               reason="sandbox_misuse")
         if not self._alive:
             raise SandboxError(f"sandbox {self.name} is no longer running", reason="sandbox_dead")
         limit = output_limit if output_limit is not None else self.limits.output_limit_bytes
@@ -301,7 +312,7 @@ class DockerSandbox:
                 stdin=stdin is not None,
                 stdout=True,
                 stderr=True,
-                user=self.limits.user,
+                user=user or self.limits.user,
                 workdir=workdir,
                 environment=dict(env or {}),
             )["Id"]

@@ -259,7 +259,9 @@ class Scorer:
         if mode not in MODES:
             raise ValueError(f"unknown reward mode {mode!r}; known: {', '.join(MODES)}")
         self.backend = backend
-        self.limits = limits or SandboxLimits.load()
+        # The scorer's containers start their init as root with SETUID and SETGID alone, for the
+        # supervisor that reads the outcomes as the tests run (taskforge/guest/supervisor.py).
+        self.limits = replace(limits or SandboxLimits.load(), supervisor=True)
         self.timeout_s = timeout_s
         self.concurrency = concurrency
         self.mode: RewardMode = mode
@@ -475,6 +477,7 @@ class Scorer:
                      "TASKFORGE_GUARD_CANDIDATE": json.dumps([f"/workspace/{rel}" for rel in prepared.kept]),
                      "TASKFORGE_GUARD_TRUSTED": json.dumps(plugins)},
                 python_args=("-P",),
+                supervised=True,
             )
 
     def _judge(self, task: Task, run: RunResult, result: RewardResult, tests: str) -> None:
@@ -483,32 +486,67 @@ class Scorer:
             result.fail_to_pass = dict.fromkeys(task.FAIL_TO_PASS, "timeout")
             result.pass_to_pass = dict.fromkeys(task.PASS_TO_PASS, "timeout")
             return
-
-        def outcome(nodeid: str) -> str:
-            return run.results[nodeid].outcome if nodeid in run.results else "missing"
-
-        result.fail_to_pass = {t: outcome(t) for t in task.FAIL_TO_PASS}
+        selected = [*task.FAIL_TO_PASS, *(task.PASS_TO_PASS if tests == "all" else ())]
+        verdict = judge_run(run, selected)
+        result.fail_to_pass = {t: verdict.outcomes[t] for t in task.FAIL_TO_PASS}
         if tests == "all":
-            result.pass_to_pass = {t: outcome(t) for t in task.PASS_TO_PASS}
-        every = [outcome(t) for t in (result.outcomes if tests == "all" else task.FAIL_TO_PASS)]
-        all_passed = all(o == "passed" for o in every)
-        tampering = [value for name, value in run.properties if name == _TAMPERED_PROPERTY]
-        if run.has_report and (_GUARD_PROPERTY, "1") not in run.properties:
-            tampering.append("report: the scoring guard did not see the session end")
-        if run.exit_code == 0 and not all_passed:
-            what = "no report" if not run.has_report else f"{sum(o != 'passed' for o in every)} expected tests not passed"
-            tampering.append(f"exit: pytest exited 0 with {what}")
-        if tampering:
-            result.tampering += tampering
-            result.status, result.detail = "tampered", tampering[0]
+            result.pass_to_pass = {t: verdict.outcomes[t] for t in task.PASS_TO_PASS}
+        if verdict.tampering:
+            result.tampering += verdict.tampering
+            result.status, result.detail = "tampered", verdict.tampering[0]
             return
         if run.limits_hit:
             result.detail = f"the run hit the sandbox's {', '.join(run.limits_hit)} limit"
-        if all_passed and run.exit_code != 0:
+        if verdict.all_passed and run.exit_code != 0:
             result.detail = f"every expected test passed, but pytest exited {run.exit_code}: the reward is 0"
             result.reward = 0.0
             return
         result.reward = compute_reward(result.fail_to_pass, result.pass_to_pass, result.mode)
+
+
+@dataclass(frozen=True, slots=True)
+class RunVerdict:
+    outcomes: dict[str, str]
+    """Each selected test's outcome: from the outcome stream when the run was supervised."""
+    all_passed: bool
+    tampering: list[str]
+
+
+def judge_run(run: RunResult, selected: list[str]) -> RunVerdict:
+    """What one scoring run says of the ``selected`` tests, and what in it cannot be honest.
+
+    A supervised run's outcomes come from the stream the supervisor read as each test finished;
+    the JUnit report, written later and in reach of the candidate's code, must not say more: a
+    test passed in the report but not as it ran, an exit status other than the session's, a test
+    reported twice or one nobody selected are tampering. So are an exit status of 0 with an
+    expected test not passed, and a report the guard did not see through."""
+    stream = run.stream
+    wanted = set(selected)
+
+    def reported(nodeid: str) -> str:
+        return run.results[nodeid].outcome if nodeid in run.results else "missing"
+
+    if stream is not None:
+        outcomes = {t: stream.outcomes.get(t, "missing") for t in selected}
+    else:
+        outcomes = {t: reported(t) for t in selected}
+    all_passed = all(o == "passed" for o in outcomes.values())
+    tampering = [value for name, value in run.properties if name == _TAMPERED_PROPERTY]
+    if run.has_report and (_GUARD_PROPERTY, "1") not in run.properties:
+        tampering.append("report: the scoring guard did not see the session end")
+    if stream is not None:
+        tampering += [f"outcome stream: {fault}" for fault in stream.faults]
+        tampering += [f"outcome stream: {t} ran but was not selected" for t in sorted(set(stream.outcomes) - wanted)][:5]
+        tampering += [f"report: {t} passed in the report but was {o} as it ran"
+                      for t, o in outcomes.items() if o != "passed" and reported(t) == "passed"][:5]
+        if stream.finish is not None and run.exit_code is not None and stream.finish != run.exit_code:
+            tampering.append(f"exit: the session ended with status {stream.finish} but pytest exited {run.exit_code}")
+        if stream.finish is None and run.exit_code == 0:
+            tampering.append("exit: pytest exited 0 but its session never ended")
+    if run.exit_code == 0 and not all_passed:
+        what = "no report" if not run.has_report else f"{sum(o != 'passed' for o in outcomes.values())} expected tests not passed"
+        tampering.append(f"exit: pytest exited 0 with {what}")
+    return RunVerdict(outcomes=outcomes, all_passed=all_passed, tampering=tampering)
 
 
 def source_encoding(content: bytes) -> str:
