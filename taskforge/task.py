@@ -110,6 +110,10 @@ class TaskScorer(Protocol):
 
     def score(self, task: Task, patch: str, *, tests: Literal["all", "fail_to_pass"] = "all") -> Verdict: ...
 
+    def calibrate(self, task: Task) -> Task:
+        """``task`` with the canary tests the gold patch fails, for scoring to add."""
+        ...
+
 
 class ScorerFactory(Protocol):
     """Makes the scorer a mining worker's gate uses, as a context manager that owns its sandboxes:

@@ -400,13 +400,16 @@ def scrub_and_audit(task: Task, checked: Checked, ctx: Context) -> tuple[Task, F
     return replace(task, base_commit=base_commit, audit=audit.to_json()), fingerprint
 
 
-def gate(task: Task, ctx: Context) -> Rejected | None:
+def gate(task: Task, ctx: Context) -> Task | Rejected:
     """The verdict ``taskforge score`` will give, through the scorer itself: a fresh container, a
-    new interpreter, a random hash seed. Gold must score 1.0 and the empty patch 0.0.
+    new interpreter, a random hash seed. First the scorer calibrates the task's canaries (the
+    twins of its hidden tests that gold fails); then gold must score 1.0 and the empty patch 0.0,
+    canaries in place. The task, with its canaries.
 
     The empty patch runs FAIL_TO_PASS alone (``tests="fail_to_pass"``): the binary reward is 0
     exactly when one of them fails, whatever PASS_TO_PASS do, and the gold run has just shown
     PASS_TO_PASS pass."""
+    task = ctx.scorer.calibrate(task)
     gold = ctx.scorer.score(task, task.patch)
     if gold.status != "ok" or gold.reward != 1.0:
         failed = next((f"{t}: {o}" for t, o in {**gold.fail_to_pass, **gold.pass_to_pass}.items() if o != "passed"), "")
@@ -419,7 +422,7 @@ def gate(task: Task, ctx: Context) -> Rejected | None:
     if all(outcome == "passed" for outcome in empty.fail_to_pass.values()):
         return Rejected(RejectReason.EMPTY_PATCH_SCORES_1,
                         f"every FAIL_TO_PASS test ({len(empty.fail_to_pass)}) passes without the feature")
-    return None
+    return task
 
 
 def audit_image(

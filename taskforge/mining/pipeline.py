@@ -204,6 +204,6 @@ def _validate(
     if isinstance(audited, Rejected):
         return audited
     with stage("gate"):
-        refused = gate(audited[0], ctx)
-    result.runs += 2
-    return refused if refused is not None else audited
+        gated = gate(audited[0], ctx)
+    result.runs += 3
+    return gated if isinstance(gated, Rejected) else (gated, audited[1])

@@ -36,6 +36,7 @@ import importlib.util
 import io
 import json
 import queue
+import random
 import tempfile
 import threading
 import time
@@ -48,6 +49,7 @@ from typing import Any, Literal, Self
 
 from taskforge import guest
 from taskforge.errors import SandboxError, TaskforgeError, TestRunError
+from taskforge.repo.canaries import Twin, make_twins, place_twin, twin_id
 from taskforge.repo.environment import Environment
 from taskforge.repo.patches import StateTrees, apply_patch
 from taskforge.repo.sources import Snapshot
@@ -265,7 +267,8 @@ class Scorer:
         self.timeout_s = timeout_s
         self.concurrency = concurrency
         self.mode: RewardMode = mode
-        self.pool = ContainerPool(backend, limits=self.limits, size=concurrency if prestart is None else prestart,
+        # A task with canaries runs its tests in two containers at once (see _plan).
+        self.pool = ContainerPool(backend, limits=self.limits, size=2 * concurrency if prestart is None else prestart,
                                   labels=labels)
         self._slots = threading.BoundedSemaphore(concurrency)
         self._work = tempfile.TemporaryDirectory(prefix="taskforge-score-")
@@ -358,8 +361,16 @@ class Scorer:
             result.status, result.detail = "tampered", prepared.tampering[0]
             return
         testing = time.monotonic()
+        selected = [*task.FAIL_TO_PASS, *(task.PASS_TO_PASS if tests == "all" else ())]
+        plan = _plan(task, prepared.changes, selected)
         try:
-            run = self._run(task, state, prepared, [*task.FAIL_TO_PASS, *(task.PASS_TO_PASS if tests == "all" else ())])
+            if len(plan) == 1:
+                runs = [self._run(task, state, plan[0].changes, prepared.kept, plan[0].select)]
+            else:
+                with ThreadPoolExecutor(max_workers=len(plan), thread_name_prefix="taskforge-split") as split:
+                    futures = [split.submit(self._run, task, state, part.changes, prepared.kept, part.select)
+                               for part in plan]
+                    runs = [future.result() for future in futures]
         except TestRunError as err:  # the report does not carry this run's nonce
             result.status, result.detail = "tampered", f"{err}"
             result.tampering.append(f"report: {err}")
@@ -369,7 +380,7 @@ class Scorer:
             return
         finally:
             result.test_s = time.monotonic() - testing
-        self._judge(task, run, result, tests)
+        self._judge(task, list(zip(plan, runs, strict=True)), result, tests)
 
     def _state(self, task: Task) -> _TaskState:
         key = f"{task.instance_id}@{task.base_commit}"
@@ -454,7 +465,8 @@ class Scorer:
             self._facts[image] = facts
         return facts
 
-    def _run(self, task: Task, state: _TaskState, prepared: _Prepared, select: list[str]) -> RunResult:
+    def _run(self, task: Task, state: _TaskState, changes: Mapping[str, bytes | None], kept: list[str],
+             select: list[str]) -> RunResult:
         box = self.pool.acquire(task.image_name)
         try:
             plugins = self._image_facts(task.image_name, box).plugins
@@ -466,7 +478,7 @@ class Scorer:
                              bytecode_cache=False)  # one run per container: the image's bytecode is what is fast
         with runner:  # closing it destroys the container: one scoring each
             return runner.run(
-                changes=prepared.changes,
+                changes=changes,
                 select=select,
                 # The verdict reads each test's outcome and the first line of its message, which
                 # the JUnit report gives the same in every traceback style; long tracebacks of the
@@ -474,34 +486,120 @@ class Scorer:
                 extra_args=("--continue-on-collection-errors", "--tb=line", "-p", GUARD_MODULE,
                             *(arg for plugin in plugins for arg in ("-p", plugin))),
                 env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-                     "TASKFORGE_GUARD_CANDIDATE": json.dumps([f"/workspace/{rel}" for rel in prepared.kept]),
+                     "TASKFORGE_GUARD_CANDIDATE": json.dumps([f"/workspace/{rel}" for rel in kept]),
                      "TASKFORGE_GUARD_TRUSTED": json.dumps(plugins)},
                 python_args=("-P",),
                 supervised=True,
             )
 
-    def _judge(self, task: Task, run: RunResult, result: RewardResult, tests: str) -> None:
-        if run.status == "timeout":
+    def _judge(self, task: Task, runs: list[tuple[_Part, RunResult]], result: RewardResult, tests: str) -> None:
+        if any(run.status == "timeout" for _, run in runs):
             result.status, result.detail = "timeout", f"the tests ran past {self.timeout_s:g} s"
             result.fail_to_pass = dict.fromkeys(task.FAIL_TO_PASS, "timeout")
             result.pass_to_pass = dict.fromkeys(task.PASS_TO_PASS, "timeout")
             return
-        selected = [*task.FAIL_TO_PASS, *(task.PASS_TO_PASS if tests == "all" else ())]
-        verdict = judge_run(run, selected)
-        result.fail_to_pass = {t: verdict.outcomes[t] for t in task.FAIL_TO_PASS}
+        outcomes: dict[str, str] = {}
+        tampering: list[str] = []
+        exits: list[str] = []
+        for part, run in runs:
+            verdict = judge_run(run, part.select, canaries=part.canaries)
+            outcomes.update({t: o for t, o in verdict.outcomes.items() if t not in part.canaries})
+            tampering += verdict.tampering
+            if not verdict.exit_ok:
+                exits.append(f"pytest exited {run.exit_code}")
+        result.fail_to_pass = {t: outcomes.get(t, "missing") for t in task.FAIL_TO_PASS}
         if tests == "all":
-            result.pass_to_pass = {t: verdict.outcomes[t] for t in task.PASS_TO_PASS}
-        if verdict.tampering:
-            result.tampering += verdict.tampering
-            result.status, result.detail = "tampered", verdict.tampering[0]
+            result.pass_to_pass = {t: outcomes.get(t, "missing") for t in task.PASS_TO_PASS}
+        if tampering:
+            result.tampering += tampering
+            result.status, result.detail = "tampered", tampering[0]
             return
-        if run.limits_hit:
-            result.detail = f"the run hit the sandbox's {', '.join(run.limits_hit)} limit"
-        if verdict.all_passed and run.exit_code != 0:
-            result.detail = f"every expected test passed, but pytest exited {run.exit_code}: the reward is 0"
+        hit = sorted({limit for _, run in runs for limit in run.limits_hit})
+        if hit:
+            result.detail = f"the run hit the sandbox's {', '.join(hit)} limit"
+        every = [result.fail_to_pass, result.pass_to_pass] if tests == "all" else [result.fail_to_pass]
+        if exits and all(o == "passed" for group in every for o in group.values()):
+            result.detail = f"every expected test passed, but {exits[0]}: the reward is 0"
             result.reward = 0.0
             return
         result.reward = compute_reward(result.fail_to_pass, result.pass_to_pass, result.mode)
+
+    # -- canaries -----------------------------------------------------------------------------------
+
+    def calibrate(self, task: Task) -> Task:
+        """``task`` with the canaries scoring will use in its ``validation`` record: the twins of
+        its hidden tests (``taskforge.repo.canaries``) that the gold patch fails, each run once
+        beside its test under another name in a fresh container. Mining calls it before the
+        gate's verdict, so the gate's gold run already has them."""
+        state = self._state(task)
+        hidden = {rel: text for rel, text in state.hidden.items() if text is not None}
+        twins = make_twins(hidden, task.FAIL_TO_PASS, others=task.PASS_TO_PASS, seed=task.instance_id)
+        kept: list[Twin] = []
+        if twins:
+            prepared = self._prepare(task, state, task.patch)
+            changes = dict(prepared.changes)
+            placed: dict[str, Twin] = {}
+            for number, twin in enumerate(twins):
+                name = f"{twin.name}_canary_{number}"
+                text = changes[twin.file]
+                assert text is not None
+                changes[twin.file] = place_twin(text.decode(), twin, name=name).encode()
+                placed[twin_id(twin, name)] = twin
+            run = self._run(task, state, changes, prepared.kept, list(placed))
+            streamed = run.stream.outcomes if run.stream is not None else {}
+            kept = [twin for nodeid, twin in placed.items() if streamed.get(nodeid) == "failed"]
+        validation = json.loads(task.validation or "{}")
+        validation["canaries"] = [twin.to_json() for twin in kept]
+        return replace(task, validation=json.dumps(validation, sort_keys=True))
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One run of a scoring: the state, the tests selected, which of them are twins."""
+
+    changes: Mapping[str, bytes | None]
+    select: list[str]
+    canaries: frozenset[str]
+
+
+def task_canaries(task: Task) -> list[Twin]:
+    """The twins mining calibrated for ``task`` (none for a task mined before canaries)."""
+    try:
+        data = json.loads(task.validation or "{}")
+    except ValueError:
+        return []
+    return [Twin.from_json(item) for item in data.get("canaries") or []] if isinstance(data, dict) else []
+
+
+def _plan(task: Task, changes: Mapping[str, bytes | None], selected: list[str]) -> list[_Part]:
+    """The runs of one scoring. Without canaries, one. With them, two: the twinned tests are
+    dealt at random into two halves; each run holds one half's tests as themselves and the other
+    half's twins *in their place, under their names*, so no run holds a test and its twin, and
+    every other test runs in the first. The deal and the twin of each test are new every scoring."""
+    twins = [t for t in task_canaries(task) if t.test in selected]
+    if not twins:
+        return [_Part(changes=changes, select=selected, canaries=frozenset())]
+    rng = random.SystemRandom()
+    chosen: dict[str, Twin] = {}
+    for twin in rng.sample(twins, len(twins)):
+        chosen.setdefault(twin.test, twin)
+    order = list(chosen)
+    rng.shuffle(order)
+    halves = (order[0::2], order[1::2])
+
+    def with_twins(tests: list[str]) -> dict[str, bytes | None]:
+        placed = dict(changes)
+        for test in tests:
+            twin = chosen[test]
+            text = placed.get(twin.file)
+            if text is None:
+                raise SandboxError(f"the canary of {test} has no file {twin.file} in the hidden tests", reason="canary_broken")
+            placed[twin.file] = place_twin(text.decode(), twin).encode()
+        return placed
+
+    first = _Part(changes=with_twins(halves[1]), select=selected, canaries=frozenset(halves[1]))
+    second = _Part(changes=with_twins(halves[0]), select=[*halves[0], *halves[1]], canaries=frozenset(halves[0]))
+    return [first, second]
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,10 +607,13 @@ class RunVerdict:
     outcomes: dict[str, str]
     """Each selected test's outcome: from the outcome stream when the run was supervised."""
     all_passed: bool
+    """Whether every selected test but the canaries passed."""
+    exit_ok: bool
+    """Whether pytest exited as its outcomes say it should: 0 when every test passed, else 1."""
     tampering: list[str]
 
 
-def judge_run(run: RunResult, selected: list[str]) -> RunVerdict:
+def judge_run(run: RunResult, selected: list[str], *, canaries: frozenset[str] = frozenset()) -> RunVerdict:
     """What one scoring run says of the ``selected`` tests, and what in it cannot be honest.
 
     A supervised run's outcomes come from the stream the supervisor read as each test finished;
@@ -530,23 +631,28 @@ def judge_run(run: RunResult, selected: list[str]) -> RunVerdict:
         outcomes = {t: stream.outcomes.get(t, "missing") for t in selected}
     else:
         outcomes = {t: reported(t) for t in selected}
-    all_passed = all(o == "passed" for o in outcomes.values())
-    tampering = [value for name, value in run.properties if name == _TAMPERED_PROPERTY]
+    all_passed = all(o == "passed" for t, o in outcomes.items() if t not in canaries)
+    every_passed = all(o == "passed" for o in outcomes.values())
+    tampering = [f"canary: a twin of {t} with its check altered {o} in the place of the test"
+                 for t, o in outcomes.items() if t in canaries and o in ("passed", "xpassed")]
+    tampering += [value for name, value in run.properties if name == _TAMPERED_PROPERTY]
     if run.has_report and (_GUARD_PROPERTY, "1") not in run.properties:
         tampering.append("report: the scoring guard did not see the session end")
     if stream is not None:
         tampering += [f"outcome stream: {fault}" for fault in stream.faults]
         tampering += [f"outcome stream: {t} ran but was not selected" for t in sorted(set(stream.outcomes) - wanted)][:5]
         tampering += [f"report: {t} passed in the report but was {o} as it ran"
-                      for t, o in outcomes.items() if o != "passed" and reported(t) == "passed"][:5]
+                      for t, o in outcomes.items() if o != "passed" and reported(t) == "passed"
+                      and t not in canaries][:5]
         if stream.finish is not None and run.exit_code is not None and stream.finish != run.exit_code:
             tampering.append(f"exit: the session ended with status {stream.finish} but pytest exited {run.exit_code}")
         if stream.finish is None and run.exit_code == 0:
             tampering.append("exit: pytest exited 0 but its session never ended")
-    if run.exit_code == 0 and not all_passed:
-        what = "no report" if not run.has_report else f"{sum(o != 'passed' for o in outcomes.values())} expected tests not passed"
+    if run.exit_code == 0 and not every_passed:
+        what = "no report" if not run.has_report else f"{sum(o != 'passed' for o in outcomes.values())} selected tests not passed"
         tampering.append(f"exit: pytest exited 0 with {what}")
-    return RunVerdict(outcomes=outcomes, all_passed=all_passed, tampering=tampering)
+    return RunVerdict(outcomes=outcomes, all_passed=all_passed, exit_ok=run.exit_code == (0 if every_passed else 1),
+                      tampering=tampering)
 
 
 def source_encoding(content: bytes) -> str:

@@ -1,0 +1,144 @@
+"""Canary twins (taskforge.repo.canaries): what a twin changes, where it goes, what gets none.
+
+The end-to-end side (gold fails every twin kept; a forged pass trips one) is in
+tests/integration/test_scorer_integrity.py."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from taskforge.repo.canaries import Twin, make_twins, place_twin, twin_id
+
+FILE = "tests/test_p.py"
+SOURCE = textwrap.dedent('''\
+    import pytest
+    from pkg import parse, Thing
+
+    WORDS = ["bee", "cat", "dog"]
+
+
+    def test_parse():
+        assert parse("a=1") == {"a": 1}
+        assert parse("b") == "bee"
+
+
+    class TestThing:
+        @pytest.mark.slow
+        def test_truthy(self):
+            x = Thing("q")
+            assert x
+
+
+        def test_unittest_style(self):
+            self.assertEqual(Thing("q").size, 3)
+
+
+    def test_member():
+        assert "a" in parse("a=1")
+
+
+    @pytest.mark.parametrize("v", [1, 2])
+    def test_param(v):
+        assert parse(v) == 7
+
+
+    def test_raises_only():
+        with pytest.raises(ValueError):
+            parse("?")
+''')
+IDS = [f"{FILE}::test_parse", f"{FILE}::TestThing::test_truthy", f"{FILE}::TestThing::test_unittest_style",
+       f"{FILE}::test_member", f"{FILE}::test_param[1]", f"{FILE}::test_raises_only"]
+
+
+def _twins(ids: list[str] = IDS, others: tuple[str, ...] = ()) -> list[Twin]:
+    return make_twins({FILE: SOURCE}, ids, others=others, seed="task-1")
+
+
+def _function(text: str, *path: str) -> ast.AST:
+    tree = ast.parse(text)
+    body = tree.body
+    for cls in path[:-1]:
+        body = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    return next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == path[-1])
+
+
+def test_each_twin_changes_one_check_and_nothing_else() -> None:
+    twins = _twins()
+    assert {t.test for t in twins} == {f"{FILE}::test_parse", f"{FILE}::TestThing::test_truthy",
+                                       f"{FILE}::TestThing::test_unittest_style", f"{FILE}::test_member"}
+    for twin in twins:
+        original = ast.get_source_segment(SOURCE, _function(SOURCE, *twin.test.split("::")[1:]))
+        assert original is not None
+        ours = [line.strip() for line in twin.source.splitlines() if line.strip().startswith(("assert", "self.", "def"))]
+        theirs = [line.strip() for line in original.splitlines() if line.strip().startswith(("assert", "self.", "def"))]
+        assert len(ours) == len(theirs)
+        assert sum(a != b for a, b in zip(ours, theirs, strict=True)) == 1, twin.source
+        ast.parse(textwrap.dedent(twin.source))  # still Python
+
+
+def test_value_twins_take_values_from_the_file() -> None:
+    value = [t for t in _twins() if t.test.endswith("::test_parse") and t.kind == "value"]
+    assert value
+    altered = {line.strip() for t in value for line in t.source.splitlines()} - {line.strip() for line in SOURCE.splitlines()}
+    assert altered  # e.g. parse("b") == "cat": another three-letter string of the same file
+    for line in altered:
+        assert any(word in line for word in ("cat", "dog", "a=1", '"a": 2', '"a": 0', '"a": 3', "1")), line
+
+
+def test_negated_twins_flip_the_last_check() -> None:
+    by_test = {(t.test.split("::")[-1], t.kind): t.source for t in _twins()}
+    assert "assert not x" in by_test[("test_truthy", "negated")]
+    assert "assertNotEqual" in by_test[("test_unittest_style", "negated")]
+    assert '"a" not in parse' in by_test[("test_member", "negated")]
+    assert 'parse("b") != "bee"' in by_test[("test_parse", "negated")]
+
+
+def test_parametrized_and_assertionless_tests_get_none() -> None:
+    tests = {t.test for t in _twins()}
+    assert f"{FILE}::test_param[1]" not in tests and f"{FILE}::test_raises_only" not in tests
+
+
+def test_a_function_another_selected_id_runs_gets_none() -> None:
+    """An inherited method (``Sub::test_truthy`` runs ``TestThing.test_truthy``): replacing it
+    would change the other test too."""
+    inherited = f"tests/test_p.py::TestSub::test_truthy"
+    assert f"{FILE}::TestThing::test_truthy" not in {t.test for t in _twins(others=(inherited,))}
+
+
+def test_a_twin_takes_its_tests_place_or_sits_beside_it() -> None:
+    twin = next(t for t in _twins() if t.test.endswith("::TestThing::test_truthy"))
+    replaced = place_twin(SOURCE, twin)
+    assert "assert not x" in replaced and "        assert x\n" not in replaced
+    assert replaced.count("def test_truthy") == 1
+    assert len(replaced.splitlines()) == len(SOURCE.splitlines())
+    beside = place_twin(SOURCE, twin, name="test_truthy_canary_0")
+    assert "def test_truthy(self)" in beside and "def test_truthy_canary_0(self)" in beside
+    assert twin_id(twin, "test_truthy_canary_0") == f"{FILE}::TestThing::test_truthy_canary_0"
+    tree = ast.parse(beside)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef))
+    assert [n.name for n in cls.body if isinstance(n, ast.FunctionDef)] == [
+        "test_truthy", "test_truthy_canary_0", "test_unittest_style"]
+
+
+def test_twins_round_trip_as_json_and_are_deterministic_per_seed() -> None:
+    twins = _twins()
+    assert [Twin.from_json(t.to_json()) for t in twins] == twins
+    assert _twins() == twins
+
+
+def test_a_test_that_is_gone_cannot_be_placed() -> None:
+    twin = _twins()[0]
+    with pytest.raises(ValueError):
+        place_twin("def test_other():\n    pass\n", twin)
+
+
+def test_non_ascii_lines_are_edited_at_the_right_columns() -> None:
+    text = 'def test_u():\n    assert parse("é") == "ü-x"\n    assert "ß" == parse("ß")\n'
+    twins = make_twins({FILE: text}, [f"{FILE}::test_u"], seed="s")
+    assert twins
+    for twin in twins:
+        ast.parse(twin.source)
+        assert "é" in twin.source
