@@ -2,7 +2,9 @@
 
 A *twin* is a copy of one FAIL_TO_PASS test function with one expected value altered (``assert
 parse("a=1") == {"a": 1}`` becomes ``... == {"a": 2}``: a *value* twin), or with its last
-assertion negated (a *negated* twin, for tests whose checks hold no literal). The value comes
+assertion negated (a *negated* twin, for tests whose checks hold no literal); a test with no
+check of either kind (a ``pytest.raises`` block) gets a *plain* one, itself then a failure, which
+only a forged pass passes. The value comes
 from the test file's own vocabulary where it can (another string, number or bytes of the same
 file, the same length of container), so it reads like one of the file's values.
 
@@ -61,7 +63,8 @@ class Twin:
     name: str
     """The function's name; the twin's ``source`` defines it under this name too."""
     kind: str
-    """``value`` (an expected value altered) or ``negated`` (the last assertion negated)."""
+    """``value`` (an expected value altered), ``negated`` (the last check negated) or ``plain`` (for
+    a test with neither: the test as written, then a failure)."""
     source: str
     """The twin's lines, decorators included, indented as the original's."""
 
@@ -298,6 +301,11 @@ def _twins_of(text: str, nodeid: str, rng: random.Random) -> list[Twin]:
         made = twin("negated", negated)
         if made.source not in seen:
             twins.append(made)
+    if not twins:  # no check to alter or negate: the test as written, then a failure
+        indent = all_lines[function.body[0].lineno - 1][: function.body[0].col_offset]
+        words = [w for w in vocabulary.get(str, []) if w.isidentifier()] or ["mismatch"]
+        failing = f"{indent}raise AssertionError({rng.choice(words)!r})"
+        twins.append(twin("plain", [*all_lines[:last], failing, *all_lines[last:]]))
     return twins
 
 

@@ -1,0 +1,61 @@
+"""The outcome stream as the scorer reads it (taskforge.repo.suite.parse_stream) and the verdict
+of one run (taskforge.scoring.scorer.judge_run): what an honest run gives, and what cannot be
+honest. The supervisor and plugin that write the stream run for real in
+tests/integration/test_scorer_integrity.py and test_redteam.py."""
+
+from __future__ import annotations
+
+import json
+
+from taskforge.repo.junit import TestResult
+from taskforge.repo.suite import RunResult, parse_stream
+from taskforge.scoring.scorer import judge_run
+
+
+def _lines(*records: object) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def test_an_honest_stream() -> None:
+    stream = parse_stream(_lines({"t": "a.py::t1", "o": "passed"}, {"t": "a.py::t2", "o": "failed"}, {"finish": 1}))
+    assert stream.outcomes == {"a.py::t1": "passed", "a.py::t2": "failed"}
+    assert stream.finish == 1 and stream.faults == ()
+
+
+def test_what_no_honest_stream_holds() -> None:
+    stream = parse_stream(_lines({"t": "a.py::t1", "o": "failed"}, {"t": "a.py::t1", "o": "passed"}, {"finish": 0},
+                                 {"t": "a.py::t2", "o": "passed"}, {"finish": 0}, {"x": 1}) + "not json\n",
+                          overflow=True, closed=False)
+    assert stream.outcomes == {"a.py::t1": "failed"}  # the first line of a test counts
+    assert len(stream.faults) == 7, stream.faults
+    assert any("again" in f for f in stream.faults) and any("after the session ended" in f for f in stream.faults)
+
+
+def _run(stream_text: str, report: dict[str, str], exit_code: int) -> RunResult:
+    return RunResult(status="ok", exit_code=exit_code, duration_s=1.0,
+                     results={k: TestResult(nodeid=k, outcome=v, duration_s=0.0, message="") for k, v in report.items()},  # type: ignore[arg-type]
+                     collection_errors=(), output_tail="", truncated=False, has_report=True,
+                     properties=(("taskforge.guard", "1"),), stream=parse_stream(stream_text))
+
+
+def test_judge_takes_outcomes_from_the_stream_and_holds_the_report_to_it() -> None:
+    honest = _run(_lines({"t": "t1", "o": "passed"}, {"t": "c1", "o": "failed"}, {"finish": 1}),
+                  {"t1": "passed", "c1": "failed"}, 1)
+    verdict = judge_run(honest, ["t1", "c1"], canaries=frozenset({"c1"}))
+    assert (verdict.all_passed, verdict.exit_ok, verdict.tampering) == (True, True, [])
+
+    rewritten = _run(_lines({"t": "t1", "o": "failed"}, {"finish": 1}), {"t1": "passed"}, 0)
+    verdict = judge_run(rewritten, ["t1"])
+    assert not verdict.all_passed and verdict.outcomes == {"t1": "failed"}
+    assert any("passed in the report but was failed as it ran" in t for t in verdict.tampering)
+    assert any("ended with status 1 but pytest exited 0" in t for t in verdict.tampering)
+
+    canary = _run(_lines({"t": "t1", "o": "passed"}, {"t": "c1", "o": "passed"}, {"finish": 0}),
+                  {"t1": "passed", "c1": "passed"}, 0)
+    assert judge_run(canary, ["t1", "c1"], canaries=frozenset({"c1"})).tampering[0].startswith("canary:")
+
+    stray = _run(_lines({"t": "t1", "o": "passed"}, {"t": "zz", "o": "passed"}, {"finish": 0}), {"t1": "passed"}, 0)
+    assert any("zz ran but was not selected" in t for t in judge_run(stray, ["t1"]).tampering)
+
+    unended = _run(_lines({"t": "t1", "o": "passed"}), {"t1": "passed"}, 0)
+    assert any("session never ended" in t for t in judge_run(unended, ["t1"]).tampering)
