@@ -11,6 +11,13 @@ autoloading disabled. It is imported before any ``conftest.py`` or package code,
 - after each test's teardown and at the end of the session, compares them again, and looks at
   every hook implementation registered with pytest.
 
+It also holds the hidden tests to their files (``$TASKFORGE_GUARD_TESTS``: each test file's
+path and sha256 as the scorer wrote it): after collection, every collected test of those files
+must run code compiled from the file, unchanged on disk (assertions rewritten as pytest rewrites
+them), and still the same code when it is set up. An audit hook it installs first notes an audit
+hook added, or a function's code swapped, from the candidate's code; import hooks the candidate's
+code adds to ``sys.meta_path`` or ``sys.path_hooks`` are noted too.
+
 A replaced function, or a hook implementation, that comes from a file the candidate wrote (the
 list arrives in ``$TASKFORGE_GUARD_CANDIDATE``, a JSON list of absolute paths), or from nowhere
 traceable, is tampering; the hooks of the image's own plugins (``$TASKFORGE_GUARD_TRUSTED``) are
@@ -22,6 +29,8 @@ was not written by a guarded run. Checks run between tests only, so a test's own
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import importlib
 import json
 import os
@@ -35,13 +44,15 @@ GUARD_PROPERTY = "taskforge.guard"
 TAMPERED_PROPERTY = "taskforge.tampered"
 CANDIDATE_ENV = "TASKFORGE_GUARD_CANDIDATE"
 TRUSTED_ENV = "TASKFORGE_GUARD_TRUSTED"
+TESTS_ENV = "TASKFORGE_GUARD_TESTS"
 
 _WATCHED = (
     "_pytest.runner", "_pytest.reports", "_pytest.skipping", "_pytest.outcomes", "_pytest.junitxml",
     "_pytest.terminal", "_pytest.python", "_pytest.unittest", "_pytest.main", "_pytest.nodes",
     "_pytest.fixtures", "_pytest.config", "_pytest.warnings", "_pytest.capture", "_pytest.logging",
     "pluggy._hooks", "pluggy._callers", "pluggy._manager", "pluggy._result",
-    "unittest.case", "unittest.result", "builtins",
+    "unittest.case", "unittest.result", "builtins", "_pytest.assertion.rewrite", "_pytest.assertion.util",
+    "_pytest.assertion",
 )
 # Checked after every test (cheap); all of _WATCHED at the start and end of the session.
 _EVERY_TEST = ("_pytest.runner", "_pytest.reports", "_pytest.skipping", "_pytest.outcomes", "_pytest.junitxml",
@@ -55,6 +66,34 @@ _candidate: frozenset[str] = frozenset(os.path.realpath(p) for p in json.loads(o
 # The image's own pytest plugins (loaded with -p by the scorer): a project that is itself a pytest
 # plugin keeps its hooks even where the candidate edits their module.
 _trusted: frozenset[str] = frozenset(json.loads(os.environ.pop(TRUSTED_ENV, "[]")))
+# The test files the selected tests live in, as the scorer wrote them: absolute path -> sha256.
+_tests: dict[str, str] = {os.path.realpath(k): v for k, v in json.loads(os.environ.pop(TESTS_ENV, "{}")).items()}
+_early: list[str] = []  # what the audit hook saw, before any config exists to hold it
+
+
+def _from_candidate() -> str | None:
+    """The candidate's file on the current call stack, if any."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path in _candidate or os.path.realpath(path) in _candidate:
+            return path
+        frame = frame.f_back
+    return None
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    # Hooks into the interpreter the tests run in, added by the candidate's code: another audit
+    # hook (which could rewrite what is compiled), or a function's code swapped under its identity.
+    if event == "sys.addaudithook" or (event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__"):
+        where = _from_candidate()
+        if where is not None:
+            what = "an audit hook added" if event == "sys.addaudithook" else f"the code of {getattr(args[0], '__qualname__', '?')} swapped"
+            _early.append(f"{what} from {where}")
+
+
+sys.addaudithook(_audit)
+_HOOKS_AT_START = {id(entry) for entry in [*sys.meta_path, *sys.path_hooks]}
 
 
 def _members(module_name: str) -> Iterator[tuple[str, Any]]:
@@ -118,6 +157,14 @@ class _Guard:
             self.findings.append(finding)
 
     def check(self, config: pytest.Config, *, full: bool = True) -> None:
+        for finding in _early:
+            self.note(finding)
+        for entry in [*sys.meta_path, *sys.path_hooks]:
+            if id(entry) in _HOOKS_AT_START:
+                continue
+            origin = _origin(entry) or _origin(type(entry))
+            if origin is not None and origin in _candidate:
+                self.note(f"import hook {type(entry).__name__} installed from {origin}")
         modules = _WATCHED if full else _EVERY_TEST
         current = {key: value for name in modules for key, value in _members(name)}
         for key, value in current.items():
@@ -136,6 +183,100 @@ class _Guard:
                     continue
                 if (why := _suspect(impl.function)) is not None and why != "untraceable":
                     self.note(f"hook {name} implemented in {why}")
+
+
+def _code_objects(code: Any, into: dict[tuple[str, int], Any]) -> dict[tuple[str, int], Any]:
+    into[(getattr(code, "co_qualname", code.co_name), code.co_firstlineno)] = code
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            _code_objects(const, into)
+    return into
+
+
+def _same_code(a: Any, b: Any) -> bool:
+    if a.co_code != b.co_code or a.co_names != b.co_names or a.co_varnames != b.co_varnames:
+        return False
+    if len(a.co_consts) != len(b.co_consts):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts):
+        if hasattr(x, "co_code") and hasattr(y, "co_code"):
+            if not _same_code(x, y):
+                return False
+        elif type(x) is not type(y) or repr(x) != repr(y):
+            return False
+    return True
+
+
+def _trusted_code(path: str, data: bytes, rewritten: bool, config: pytest.Config) -> dict[tuple[str, int], Any]:
+    """The code objects of a trusted test file, compiled as pytest compiled the module: with its
+    assertions rewritten when pytest rewrote them."""
+    if rewritten:
+        from _pytest.assertion.rewrite import rewrite_asserts
+
+        tree = ast.parse(data, filename=path)
+        rewrite_asserts(tree, data, path, config)
+        code = compile(tree, path, "exec", dont_inherit=True)
+    else:
+        code = compile(data, path, "exec", dont_inherit=True)
+    return _code_objects(code, {})
+
+
+_collected: dict[str, tuple[Any, Any]] = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The hidden tests run as written: each collected test of a trusted file runs code compiled
+    from that file as the scorer wrote it, not code a loader, an audit hook or a swap put there."""
+    if not _tests:
+        return
+    guard = session.config.stash[_guard_key]
+    compiled: dict[str, dict[tuple[str, int], Any] | None] = {}
+    for item in session.items:
+        path = os.path.realpath(str(getattr(item, "path", "")))
+        if path not in _tests:
+            continue
+        if path not in compiled:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                data = b""
+            if hashlib.sha256(data).hexdigest() != _tests[path]:
+                guard.note(f"test file {path} changed at run time")
+                compiled[path] = None
+                continue
+            module = getattr(item, "module", None)
+            rewritten = module is not None and "@py_builtins" in vars(module)
+            try:
+                compiled[path] = _trusted_code(path, data, rewritten, session.config)
+            except Exception as err:  # noqa: BLE001 - a file the guard cannot compile proves nothing either way
+                compiled[path] = None
+                guard.note(f"test file {path} does not compile as pytest compiles it: {type(err).__name__}")
+                continue
+        trusted = compiled[path]
+        if trusted is None:
+            continue
+        function = getattr(item, "obj", None)
+        function = getattr(function, "__func__", function)
+        code = getattr(function, "__code__", None)
+        if code is None:
+            continue
+        if os.path.realpath(code.co_filename) != path:
+            guard.note(f"{item.nodeid} runs code from {code.co_filename}")
+            continue
+        match = trusted.get((getattr(code, "co_qualname", code.co_name), code.co_firstlineno))
+        if match is None or not _same_code(code, match):
+            guard.note(f"{item.nodeid} does not run the code of its file")
+            continue
+        _collected[item.nodeid] = (function, code)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    kept = _collected.get(item.nodeid)
+    if kept is not None and getattr(kept[0], "__code__", None) is not kept[1]:
+        item.config.stash[_guard_key].note(f"the code of {item.nodeid} was swapped after collection")
 
 
 _guard_key = pytest.StashKey[_Guard]()

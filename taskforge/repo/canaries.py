@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Twin", "make_twins", "place_twin", "twin_id"]
+__all__ = ["Twin", "make_twins", "place_twin", "twin_ids"]
 
 _MAX_TESTS = 8
 _VALUE_TWINS_PER_TEST = 2
@@ -57,9 +57,12 @@ class Twin:
 
     test: str
     """The original test's node id (``tests/test_x.py::TestA::test_b``)."""
+    tests: tuple[str, ...]
+    """Every selected node id that runs the function (a method inherited by several test
+    classes runs under each): a twin stands in for all of them at once."""
     file: str
     classes: tuple[str, ...]
-    """The classes the function sits in, outermost first (empty at module level)."""
+    """The classes the function is defined in, outermost first (empty at module level)."""
     name: str
     """The function's name; the twin's ``source`` defines it under this name too."""
     kind: str
@@ -69,16 +72,17 @@ class Twin:
     """The twin's lines, decorators included, indented as the original's."""
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "classes": list(self.classes)}
+        return {**asdict(self), "classes": list(self.classes), "tests": list(self.tests)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Twin:
-        return cls(**{**data, "classes": tuple(data["classes"])})
+        return cls(**{**data, "classes": tuple(data["classes"]), "tests": tuple(data.get("tests") or [data["test"]])})
 
 
-def twin_id(twin: Twin, name: str | None = None) -> str:
-    """The node id of ``twin`` placed under ``name`` (its test's own name by default)."""
-    return "::".join([twin.file, *twin.classes, name or twin.name])
+def twin_ids(twin: Twin, name: str | None = None) -> list[str]:
+    """The node ids ``twin`` runs under when placed under ``name`` (its test's own name by
+    default): one per id of ``twin.tests``."""
+    return [f"{nodeid.rsplit('::', 1)[0]}::{name or twin.name}" for nodeid in twin.tests]
 
 
 # -- finding a test function ------------------------------------------------------------------
@@ -103,6 +107,30 @@ def _find(tree: ast.Module, classes: Sequence[str], name: str) -> ast.FunctionDe
         body = found[0].body
     functions = [n for n in body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name]
     return functions[0] if len(functions) == 1 else None
+
+
+def _defining(tree: ast.Module, classes: Sequence[str], name: str, depth: int = 0) -> tuple[str, ...] | None:
+    """The class path that defines the method ``name`` a test id names under ``classes``: the
+    class itself, or one of its bases defined at module level in the same file."""
+    if _find(tree, classes, name) is not None:
+        return tuple(classes)
+    if not classes or depth > 8:
+        return None
+    body: list[ast.stmt] = tree.body
+    node: ast.ClassDef | None = None
+    for cls in classes:
+        found = [n for n in body if isinstance(n, ast.ClassDef) and n.name == cls]
+        if len(found) != 1:
+            return None
+        node = found[0]
+        body = node.body
+    assert node is not None
+    for base in node.bases:
+        if isinstance(base, ast.Name):
+            found_in = _defining(tree, (base.id,), name, depth + 1)
+            if found_in is not None:
+                return found_in
+    return None
 
 
 def _span(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, int]:
@@ -218,6 +246,21 @@ def _value_sites(function: ast.AST) -> list[ast.expr]:
                 if _literal(side) is not _NOT_LITERAL and _literal(side) is not None:
                     sites.append(side)
                     break
+    # An expected value bound to a name first (``expected = {...}``, then ``assert f() == expected``).
+    checked: set[str] = set()
+    for node in ast.walk(function):
+        operands: list[ast.expr] = []
+        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1 \
+                and isinstance(node.test.ops[0], ast.Eq | ast.NotEq | ast.In | ast.NotIn):
+            operands = [node.test.left, node.test.comparators[0]]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _UNITTEST_VALUE_CHECKS and len(node.args) >= 2:
+            operands = list(node.args[:2])
+        checked |= {o.id for o in operands if isinstance(o, ast.Name)}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in checked and _literal(node.value) not in (_NOT_LITERAL, None):
+            sites.append(node.value)
     return sorted(sites, key=lambda n: (n.lineno, n.col_offset))
 
 
@@ -262,25 +305,20 @@ def _negate(lines: list[str], function: ast.FunctionDef | ast.AsyncFunctionDef) 
 # -- making and placing twins ------------------------------------------------------------------
 
 
-def _twins_of(text: str, nodeid: str, rng: random.Random) -> list[Twin]:
-    parts = _split_id(nodeid)
-    if parts is None:
-        return []
-    file, classes, name = parts
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return []
+def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: tuple[str, ...],
+              rng: random.Random) -> list[Twin]:
+    tree = ast.parse(text)
     function = _find(tree, classes, name)
     if function is None or any("parametrize" in ast.dump(d) for d in function.decorator_list):
         return []
+    nodeid = tests[0]
     first, last = _span(function)
     all_lines = text.splitlines()
     twins: list[Twin] = []
     vocabulary = _vocabulary(tree)
 
     def twin(kind: str, edited: list[str]) -> Twin:
-        return Twin(test=nodeid, file=file, classes=classes, name=name, kind=kind,
+        return Twin(test=nodeid, tests=tests, file=file, classes=classes, name=name, kind=kind,
                     source="\n".join(edited[first - 1: last + (len(edited) - len(all_lines))]))
 
     seen: set[str] = set()
@@ -311,21 +349,36 @@ def _twins_of(text: str, nodeid: str, rng: random.Random) -> list[Twin]:
 
 def make_twins(hidden: Mapping[str, str | None], fail_to_pass: Sequence[str], *, others: Iterable[str] = (),
                seed: str) -> list[Twin]:
-    """Twin candidates for up to eight of ``fail_to_pass`` (plain test functions in the files of
-    ``hidden``, path → text): value twins first, then a negated one, each test's. A function
-    another selected id also runs (an inherited method) gets none: replacing it would change
-    that test too."""
+    """Twin candidates for up to eight functions that ``fail_to_pass`` tests run (plain test
+    functions in the files of ``hidden``, path → text): value twins first, then a negated one,
+    else a plain one. A method inherited by several test classes is one function: its twin stands
+    in for every id that runs it, and it gets none when one of those ids is not FAIL_TO_PASS."""
     rng = random.Random(seed)
-    every = [*fail_to_pass, *others]
-    tests = [t for t in fail_to_pass if _split_id(t) is not None]
-    tests = [t for t in tests if sum(1 for o in every if o.split("::")[0] == t.split("::")[0]
-                                     and o.split("::")[-1] == t.split("::")[-1]) == 1]
-    rng.shuffle(tests)
+    wanted = set(fail_to_pass)
+    trees: dict[str, ast.Module | None] = {}
+    groups: dict[tuple[str, tuple[str, ...], str], list[str]] = {}
+    for nodeid in [*fail_to_pass, *others]:
+        parts = _split_id(nodeid)
+        if parts is None:
+            continue
+        file, classes, name = parts
+        if file not in trees:
+            text = hidden.get(file)
+            try:
+                trees[file] = ast.parse(text) if text else None
+            except SyntaxError:
+                trees[file] = None
+        tree = trees[file]
+        defining = _defining(tree, classes, name) if tree is not None else None
+        if defining is not None:
+            groups.setdefault((file, defining, name), []).append(nodeid)
+    keys = sorted(key for key, ids in groups.items() if all(i in wanted for i in ids))
+    rng.shuffle(keys)
     twins: list[Twin] = []
-    for nodeid in sorted(tests[:_MAX_TESTS]):
-        text = hidden.get(nodeid.split("::")[0])
-        if text:
-            twins += _twins_of(text, nodeid, rng)
+    for file, classes, name in sorted(keys[:_MAX_TESTS]):
+        text = hidden.get(file)
+        assert text is not None
+        twins += _twins_of(text, file, classes, name, tuple(sorted(set(groups[(file, classes, name)]))), rng)
     return twins
 
 

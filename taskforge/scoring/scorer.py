@@ -49,7 +49,7 @@ from typing import Any, Literal, Self
 
 from taskforge import guest
 from taskforge.errors import SandboxError, TaskforgeError, TestRunError
-from taskforge.repo.canaries import Twin, make_twins, place_twin, twin_id
+from taskforge.repo.canaries import Twin, make_twins, place_twin, twin_ids
 from taskforge.repo.environment import Environment
 from taskforge.repo.patches import StateTrees, apply_patch
 from taskforge.repo.sources import Snapshot
@@ -487,6 +487,7 @@ class Scorer:
                             *(arg for plugin in plugins for arg in ("-p", plugin))),
                 env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
                      "TASKFORGE_GUARD_CANDIDATE": json.dumps([f"/workspace/{rel}" for rel in kept]),
+                     "TASKFORGE_GUARD_TESTS": json.dumps(_test_digests(state, changes, select)),
                      "TASKFORGE_GUARD_TRUSTED": json.dumps(plugins)},
                 python_args=("-P",),
                 supervised=True,
@@ -538,19 +539,34 @@ class Scorer:
         if twins:
             prepared = self._prepare(task, state, task.patch)
             changes = dict(prepared.changes)
-            placed: dict[str, Twin] = {}
+            placed: list[tuple[Twin, list[str]]] = []
             for number, twin in enumerate(twins):
                 name = f"{twin.name}_canary_{number}"
                 text = changes[twin.file]
                 assert text is not None
                 changes[twin.file] = place_twin(text.decode(), twin, name=name).encode()
-                placed[twin_id(twin, name)] = twin
-            run = self._run(task, state, changes, prepared.kept, list(placed))
+                placed.append((twin, twin_ids(twin, name)))
+            run = self._run(task, state, changes, prepared.kept, [i for _, ids in placed for i in ids])
             streamed = run.stream.outcomes if run.stream is not None else {}
-            kept = [twin for nodeid, twin in placed.items() if streamed.get(nodeid) == "failed"]
+            kept = [twin for twin, ids in placed if all(streamed.get(i) == "failed" for i in ids)]
         validation = json.loads(task.validation or "{}")
         validation["canaries"] = [twin.to_json() for twin in kept]
         return replace(task, validation=json.dumps(validation, sort_keys=True))
+
+
+def _test_digests(state: _TaskState, changes: Mapping[str, bytes | None], select: list[str]) -> dict[str, str]:
+    """The files the selected tests live in, as this run writes them: path in the sandbox -> sha256
+    (the guard holds the collected tests to them)."""
+    digests = {}
+    for rel in sorted({nodeid.split("::", 1)[0] for nodeid in select}):
+        if rel in changes:
+            content = changes[rel]
+        else:
+            path = state.start.path / rel
+            content = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        if content is not None:
+            digests[f"/workspace/{rel}"] = hashlib.sha256(content).hexdigest()
+    return digests
 
 
 @dataclass(frozen=True, slots=True)
@@ -576,29 +592,35 @@ def _plan(task: Task, changes: Mapping[str, bytes | None], selected: list[str]) 
     dealt at random into two halves; each run holds one half's tests as themselves and the other
     half's twins *in their place, under their names*, so no run holds a test and its twin, and
     every other test runs in the first. The deal and the twin of each test are new every scoring."""
-    twins = [t for t in task_canaries(task) if t.test in selected]
+    chosen_set = set(selected)
+    twins = [t for t in task_canaries(task) if set(t.tests) <= chosen_set]
     if not twins:
         return [_Part(changes=changes, select=selected, canaries=frozenset())]
     rng = random.SystemRandom()
     chosen: dict[str, Twin] = {}
-    for twin in rng.sample(twins, len(twins)):
+    # A value twin where a test has one: it catches an answer read from the test too.
+    for twin in sorted(rng.sample(twins, len(twins)), key=lambda t: t.kind != "value"):
         chosen.setdefault(twin.test, twin)
     order = list(chosen)
     rng.shuffle(order)
-    halves = (order[0::2], order[1::2])
+    halves = ([chosen[k] for k in order[0::2]], [chosen[k] for k in order[1::2]])
 
-    def with_twins(tests: list[str]) -> dict[str, bytes | None]:
+    def with_twins(group: list[Twin]) -> dict[str, bytes | None]:
         placed = dict(changes)
-        for test in tests:
-            twin = chosen[test]
+        for twin in group:
             text = placed.get(twin.file)
             if text is None:
-                raise SandboxError(f"the canary of {test} has no file {twin.file} in the hidden tests", reason="canary_broken")
+                raise SandboxError(f"the canary of {twin.test} has no file {twin.file} in the hidden tests",
+                                   reason="canary_broken")
             placed[twin.file] = place_twin(text.decode(), twin).encode()
         return placed
 
-    first = _Part(changes=with_twins(halves[1]), select=selected, canaries=frozenset(halves[1]))
-    second = _Part(changes=with_twins(halves[0]), select=[*halves[0], *halves[1]], canaries=frozenset(halves[0]))
+    def ids(group: list[Twin]) -> list[str]:
+        return [i for twin in group for i in twin.tests]
+
+    first = _Part(changes=with_twins(halves[1]), select=selected, canaries=frozenset(ids(halves[1])))
+    second = _Part(changes=with_twins(halves[0]), select=[*ids(halves[0]), *ids(halves[1])],
+                   canaries=frozenset(ids(halves[0])))
     return [first, second]
 
 

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from taskforge.repo.canaries import Twin, make_twins, place_twin, twin_id
+from taskforge.repo.canaries import Twin, make_twins, place_twin, twin_ids
 
 FILE = "tests/test_p.py"
 SOURCE = textwrap.dedent('''\
@@ -107,11 +107,15 @@ def test_parametrized_tests_get_none_and_checkless_ones_a_plain_failure() -> Non
     assert plain[0].source.splitlines()[-1].startswith("    raise AssertionError(")
 
 
-def test_a_function_another_selected_id_runs_gets_none() -> None:
-    """An inherited method (``Sub::test_truthy`` runs ``TestThing.test_truthy``): replacing it
-    would change the other test too."""
-    inherited = f"tests/test_p.py::TestSub::test_truthy"
-    assert f"{FILE}::TestThing::test_truthy" not in {t.test for t in _twins(others=(inherited,))}
+def test_an_inherited_method_is_one_twin_for_every_id_that_runs_it() -> None:
+    """``TestSub::test_truthy`` runs ``TestThing.test_truthy``: the twin replaces the method where
+    it is defined and stands in for both ids; with one of them PASS_TO_PASS, it gets none."""
+    text = SOURCE + "\n\nclass TestSub(TestThing):\n    pass\n"
+    both = [f"{FILE}::TestThing::test_truthy", f"{FILE}::TestSub::test_truthy"]
+    twins = make_twins({FILE: text}, both, seed="task-1")
+    assert twins and all(t.tests == tuple(sorted(both)) and t.classes == ("TestThing",) for t in twins)
+    assert twin_ids(twins[0], "x") == [f"{FILE}::TestSub::x", f"{FILE}::TestThing::x"]
+    assert make_twins({FILE: text}, both[:1], others=both[1:], seed="task-1") == []
 
 
 def test_a_twin_takes_its_tests_place_or_sits_beside_it() -> None:
@@ -122,7 +126,7 @@ def test_a_twin_takes_its_tests_place_or_sits_beside_it() -> None:
     assert len(replaced.splitlines()) == len(SOURCE.splitlines())
     beside = place_twin(SOURCE, twin, name="test_truthy_canary_0")
     assert "def test_truthy(self)" in beside and "def test_truthy_canary_0(self)" in beside
-    assert twin_id(twin, "test_truthy_canary_0") == f"{FILE}::TestThing::test_truthy_canary_0"
+    assert twin_ids(twin, "test_truthy_canary_0") == [f"{FILE}::TestThing::test_truthy_canary_0"]
     tree = ast.parse(beside)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef))
     assert [n.name for n in cls.body if isinstance(n, ast.FunctionDef)] == [
