@@ -39,7 +39,11 @@ SWEBENCH_INSTANCE_FEATURES = {
     "PASS_TO_PASS": "string",
     "environment_setup_commit": "string",
 }
-EXTRA_FIELDS = {"image_name": "string"}  # not SWE-bench's; SWE-smith and SWE-Gym name the image this way
+EXTRA_FIELDS = {
+    "image_name": "string",  # not SWE-bench's; SWE-smith, SWE-Gym and mini-swe-agent name the image this way
+    # What swebench 5's harness builds a test spec from (swebench.harness.utils.make_test_spec).
+    "image": "string", "eval_script": "string", "log_parser": "string", "eval_type": "string",
+}
 ROWS = task_rows(12)
 
 
