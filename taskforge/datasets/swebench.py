@@ -35,7 +35,7 @@ from typing import Any
 from taskforge.errors import TaskforgeError
 
 __all__ = ["EVAL_TYPE", "EVAL_WORKDIR", "LOG_PARSER", "TOOL_DIR", "eval_config", "eval_script", "harness_id",
-           "harness_ids", "runner_source"]
+           "harness_ids", "heredoc", "runner_source"]
 
 LOG_PARSER = "parse_log_pytest"
 """swebench's plain pytest parser: a line ``STATUS <id>``, the id being the second field."""
@@ -114,7 +114,8 @@ def eval_config(row: Mapping[str, Any], *, workspace: str = EVAL_WORKDIR, reward
     }
 
 
-def _heredoc(path: str, text: str) -> str:
+def heredoc(path: str, text: str) -> str:
+    """A shell command writing ``text`` to ``path`` verbatim (a quoted here-document)."""
     marker = "TASKFORGE_EOF"
     while marker in text:
         marker += "_"
@@ -130,8 +131,8 @@ def eval_script(row: Mapping[str, Any]) -> str:
         "#!/bin/bash\n"
         "set -uo pipefail\n"
         f"rm -rf {TOOL_DIR} && mkdir -p {TOOL_DIR}\n"
-        + _heredoc(runner, runner_source())
-        + _heredoc(conf, config + "\n")
+        + heredoc(runner, runner_source())
+        + heredoc(conf, config + "\n")
         + f"cd {EVAL_WORKDIR}\n"
         f"{run} prepare || echo 'taskforge: could not put the hidden tests back'\n"
         f"echo '{_START}'\n"
