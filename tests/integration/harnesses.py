@@ -85,14 +85,17 @@ def corpus_tasks(out: Path, *, backend, base_image, projects: Sequence[str] = tu
 
 
 def broken_patch(gold: str) -> str:
-    """The gold patch with its first added line of code replaced by a ``raise``: it applies, and
-    the feature fails."""
+    """The gold patch with every added line of code (not a definition line, a decorator or a
+    comment) replaced by a ``raise`` at its indent: it applies, and the restored code raises (or no
+    longer compiles)."""
     lines = gold.splitlines(keepends=True)
+    broken = 0
     for i, line in enumerate(lines):
-        body = line[1:]
+        body = line[1:].rstrip("\n")
         if line.startswith("+") and not line.startswith("+++") and body.strip() and not body.lstrip().startswith(
-                ("#", "def ", "class ", "@", '"', "'")):
+                ("#", "def ", "async def ", "class ", "@")):
             indent = body[: len(body) - len(body.lstrip())]
             lines[i] = f"+{indent}raise RuntimeError('broken')\n"
-            return "".join(lines)
-    raise AssertionError("no line of code to break in the gold patch")
+            broken += 1
+    assert broken, "no line of code to break in the gold patch"
+    return "".join(lines)
