@@ -92,6 +92,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     if select is not None:
         with open(select, encoding="utf-8") as f:
             wanted = frozenset(json.load(f))
+        try:  # read before any project code runs, and gone after: the selection is nobody else's
+            os.unlink(select)
+        except OSError:
+            pass
         early_config.stash[_select_key] = wanted
         files: dict[str, bool] = {}
         for nodeid in wanted:

@@ -31,7 +31,7 @@ from typing import Any
 
 __all__ = ["Twin", "make_twins", "place_twin", "twin_ids"]
 
-_MAX_TESTS = 8
+_MAX_FUNCTIONS = 64  # bounds calibration's one run; in scoring a twin replaces its test, so it costs no test
 _VALUE_TWINS_PER_TEST = 2
 _UNITTEST_SWAPS = {
     "assertTrue": "assertFalse", "assertFalse": "assertTrue", "assertEqual": "assertNotEqual",
@@ -261,7 +261,17 @@ def _value_sites(function: ast.AST) -> list[ast.expr]:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
                 and node.targets[0].id in checked and _literal(node.value) not in (_NOT_LITERAL, None):
             sites.append(node.value)
-    return sorted(sites, key=lambda n: (n.lineno, n.col_offset))
+    return sorted((leaf for site in sites for leaf in _leaves(site)), key=lambda n: (n.lineno, n.col_offset))
+
+
+def _leaves(node: ast.expr) -> list[ast.expr]:
+    """The scalar literals of a literal expression: a twin alters one of them in place, so the
+    container keeps its layout and every other value keeps its spelling."""
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return [leaf for element in node.elts for leaf in _leaves(element)]
+    if isinstance(node, ast.Dict):
+        return [leaf for value in node.values if value is not None for leaf in _leaves(value)]
+    return [node] if _literal(node) not in (_NOT_LITERAL, None) else []
 
 
 # -- negated twins -------------------------------------------------------------------------------
@@ -349,7 +359,7 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
 
 def make_twins(hidden: Mapping[str, str | None], fail_to_pass: Sequence[str], *, others: Iterable[str] = (),
                seed: str) -> list[Twin]:
-    """Twin candidates for up to eight functions that ``fail_to_pass`` tests run (plain test
+    """Twin candidates for every function (up to 64) that ``fail_to_pass`` tests run (plain test
     functions in the files of ``hidden``, path → text): value twins first, then a negated one,
     else a plain one. A method inherited by several test classes is one function: its twin stands
     in for every id that runs it, and it gets none when one of those ids is not FAIL_TO_PASS."""
@@ -375,7 +385,7 @@ def make_twins(hidden: Mapping[str, str | None], fail_to_pass: Sequence[str], *,
     keys = sorted(key for key, ids in groups.items() if all(i in wanted for i in ids))
     rng.shuffle(keys)
     twins: list[Twin] = []
-    for file, classes, name in sorted(keys[:_MAX_TESTS]):
+    for file, classes, name in sorted(keys[:_MAX_FUNCTIONS]):
         text = hidden.get(file)
         assert text is not None
         twins += _twins_of(text, file, classes, name, tuple(sorted(set(groups[(file, classes, name)]))), rng)

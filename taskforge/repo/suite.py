@@ -128,12 +128,15 @@ class OutcomeStream:
     """What does not belong in an honest stream: a test reported twice, a second session end, a
     line that is not one of the plugin's, more than the supervisor keeps."""
     driver_exit: int | None = None
+    guard: tuple[str, ...] | None = None
+    """The scoring guard's findings as it sent them when the session ended; None when it sent none."""
 
 
 def parse_stream(text: str, *, overflow: bool = False, closed: bool = True) -> OutcomeStream:
     """The supervisor's raw stream as :class:`OutcomeStream`."""
     outcomes: dict[str, str] = {}
     finish: int | None = None
+    guard: tuple[str, ...] | None = None
     faults: list[str] = []
     for number, line in enumerate(text.splitlines(), 1):
         try:
@@ -151,13 +154,18 @@ def parse_stream(text: str, *, overflow: bool = False, closed: bool = True) -> O
             if finish is not None:
                 faults.append("the session ended twice")
             finish = record["finish"]
+        elif isinstance(record, dict) and set(record) == {"guard"} and isinstance(record["guard"], list) \
+                and all(isinstance(f, str) for f in record["guard"]):
+            if guard is not None:
+                faults.append("the guard reported twice")
+            guard = tuple(record["guard"])
         else:
             faults.append(f"line {number} of the outcome stream is not the plugin's")
     if overflow:
         faults.append("the outcome stream overflowed")
     if not closed:
         faults.append("the outcome stream never closed")
-    return OutcomeStream(outcomes=outcomes, finish=finish, faults=tuple(faults))
+    return OutcomeStream(outcomes=outcomes, finish=finish, faults=tuple(faults), guard=guard)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

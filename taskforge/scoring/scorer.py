@@ -504,7 +504,10 @@ class Scorer:
         exits: list[str] = []
         for part, run in runs:
             verdict = judge_run(run, part.select, canaries=part.canaries)
-            outcomes.update({t: o for t, o in verdict.outcomes.items() if t not in part.canaries})
+            for test, outcome in verdict.outcomes.items():
+                # A test that runs as itself in both runs must pass in both.
+                if test not in part.canaries and outcomes.get(test, "passed") == "passed":
+                    outcomes[test] = outcome
             tampering += verdict.tampering
             if not verdict.exit_ok:
                 exits.append(f"pytest exited {run.exit_code}")
@@ -522,6 +525,18 @@ class Scorer:
         if exits and all(o == "passed" for group in every for o in group.values()):
             result.detail = f"every expected test passed, but {exits[0]}: the reward is 0"
             result.reward = 0.0
+            return
+        if result.mode == "partial" and len(runs) > 1:
+            # Partial credit only for the tests a twin stands beside: a test no twin covers could
+            # be forged alone. With none covered, the reward is binary.
+            covered = {i for twin in task_canaries(task) for i in twin.tests}
+            credited = {t: o for t, o in result.fail_to_pass.items() if t in covered}
+            if credited and all(o == "passed" for o in result.fail_to_pass.values()):
+                result.reward = compute_reward(result.fail_to_pass, result.pass_to_pass, "partial")
+            elif credited:
+                result.reward = compute_reward(credited, result.pass_to_pass, "partial")
+            else:
+                result.reward = compute_reward(result.fail_to_pass, result.pass_to_pass, "binary")
             return
         result.reward = compute_reward(result.fail_to_pass, result.pass_to_pass, result.mode)
 
@@ -588,10 +603,12 @@ def task_canaries(task: Task) -> list[Twin]:
 
 
 def _plan(task: Task, changes: Mapping[str, bytes | None], selected: list[str]) -> list[_Part]:
-    """The runs of one scoring. Without canaries, one. With them, two: the twinned tests are
-    dealt at random into two halves; each run holds one half's tests as themselves and the other
-    half's twins *in their place, under their names*, so no run holds a test and its twin, and
-    every other test runs in the first. The deal and the twin of each test are new every scoring."""
+    """The runs of one scoring. Without canaries, one. With them, two, alike in what they show:
+    both run every FAIL_TO_PASS test, in one sorted selection, and each takes a random half of
+    PASS_TO_PASS. The twinned tests are dealt at random into two halves; each run holds one
+    half's tests as themselves and the other half's twins *in their place, under their names*,
+    so no run holds a test and its twin. The deal, the halves and the twin of each test are new
+    every scoring."""
     chosen_set = set(selected)
     twins = [t for t in task_canaries(task) if set(t.tests) <= chosen_set]
     if not twins:
@@ -604,6 +621,10 @@ def _plan(task: Task, changes: Mapping[str, bytes | None], selected: list[str]) 
     order = list(chosen)
     rng.shuffle(order)
     halves = ([chosen[k] for k in order[0::2]], [chosen[k] for k in order[1::2]])
+    fail_to_pass = set(task.FAIL_TO_PASS)
+    others = [t for t in selected if t not in fail_to_pass]
+    rng.shuffle(others)
+    shared = [t for t in selected if t in fail_to_pass]
 
     def with_twins(group: list[Twin]) -> dict[str, bytes | None]:
         placed = dict(changes)
@@ -615,13 +636,11 @@ def _plan(task: Task, changes: Mapping[str, bytes | None], selected: list[str]) 
             placed[twin.file] = place_twin(text.decode(), twin).encode()
         return placed
 
-    def ids(group: list[Twin]) -> list[str]:
-        return [i for twin in group for i in twin.tests]
+    def ids(group: list[Twin]) -> frozenset[str]:
+        return frozenset(i for twin in group for i in twin.tests)
 
-    first = _Part(changes=with_twins(halves[1]), select=selected, canaries=frozenset(ids(halves[1])))
-    second = _Part(changes=with_twins(halves[0]), select=[*ids(halves[0]), *ids(halves[1])],
-                   canaries=frozenset(ids(halves[0])))
-    return [first, second]
+    return [_Part(changes=with_twins(halves[1]), select=sorted([*shared, *others[0::2]]), canaries=ids(halves[1])),
+            _Part(changes=with_twins(halves[0]), select=sorted([*shared, *others[1::2]]), canaries=ids(halves[0]))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -670,6 +689,14 @@ def judge_run(run: RunResult, selected: list[str], *, canaries: frozenset[str] =
             tampering.append(f"exit: the session ended with status {stream.finish} but pytest exited {run.exit_code}")
         if stream.finish is None and run.exit_code == 0:
             tampering.append("exit: pytest exited 0 but its session never ended")
+        if stream.finish is not None:
+            # The session ended: the guard's record and the report must both be there.
+            if stream.guard is None:
+                tampering.append("guard: its record of the session never reached the stream")
+            else:
+                tampering += [f"guard: {finding}" for finding in stream.guard]
+            if not run.has_report:
+                tampering.append("report: the session ended but no report was written")
     if run.exit_code == 0 and not every_passed:
         what = "no report" if not run.has_report else f"{sum(o != 'passed' for o in outcomes.values())} selected tests not passed"
         tampering.append(f"exit: pytest exited 0 with {what}")
