@@ -223,49 +223,59 @@ def _trusted_code(path: str, data: bytes, rewritten: bool, config: pytest.Config
     return _code_objects(code, {})
 
 
-def _matches(function: Any, path: str, trusted: dict[tuple[str, int], Any]) -> bool:
-    code = getattr(function, "__code__", None)
-    if code is None or os.path.realpath(code.co_filename) != path:
-        return False
-    match = trusted.get((getattr(code, "co_qualname", code.co_name), code.co_firstlineno))
-    return match is not None and _same_code(code, match)
-
-
 _collected: dict[str, tuple[Any, Any]] = {}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The hidden tests run as written: each collected test of a trusted file runs code compiled
-    from that file as the scorer wrote it, not code a loader, an audit hook or a swap put there."""
+    from a trusted file (its own, or a test module beside it that defines a mixin it inherits) as
+    the scorer wrote it, not code a loader, an audit hook or a swap put there."""
     if not _tests:
         return
     guard = session.config.stash[_guard_key]
-    compiled: dict[str, dict[tuple[str, int], Any] | None] = {}
+    compiled: dict[tuple[str, bool], dict[tuple[str, int], Any] | None] = {}
+    changed: set[str] = set()
+
+    def trusted_code(path: str, rewritten: bool) -> dict[tuple[str, int], Any] | None:
+        if (path, rewritten) in compiled:
+            return compiled[(path, rewritten)]
+        compiled[(path, rewritten)] = None
+        if path not in _tests or path in changed:
+            return None
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            data = b""
+        if hashlib.sha256(data).hexdigest() != _tests[path]:
+            guard.note(f"test file {path} changed at run time")
+            changed.add(path)
+            return None
+        try:
+            compiled[(path, rewritten)] = _trusted_code(path, data, rewritten, session.config)
+        except Exception as err:  # noqa: BLE001 - a file the guard cannot compile proves nothing either way
+            guard.note(f"test file {path} does not compile as pytest compiles it: {type(err).__name__}")
+        return compiled[(path, rewritten)]
+
+    def matches(function: Any) -> bool:
+        code = getattr(function, "__code__", None)
+        if code is None:
+            return False
+        path = os.path.realpath(code.co_filename)
+        if path in _candidate:
+            return False
+        rewritten = "@py_builtins" in (getattr(function, "__globals__", None) or {})
+        trusted = trusted_code(path, rewritten)
+        match = trusted.get((getattr(code, "co_qualname", code.co_name), code.co_firstlineno)) if trusted else None
+        return match is not None and _same_code(code, match)
+
     for item in session.items:
         path = os.path.realpath(str(getattr(item, "path", "")))
         if path not in _tests:
             continue
-        if path not in compiled:
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except OSError:
-                data = b""
-            if hashlib.sha256(data).hexdigest() != _tests[path]:
-                guard.note(f"test file {path} changed at run time")
-                compiled[path] = None
-                continue
-            module = getattr(item, "module", None)
-            rewritten = module is not None and "@py_builtins" in vars(module)
-            try:
-                compiled[path] = _trusted_code(path, data, rewritten, session.config)
-            except Exception as err:  # noqa: BLE001 - a file the guard cannot compile proves nothing either way
-                compiled[path] = None
-                guard.note(f"test file {path} does not compile as pytest compiles it: {type(err).__name__}")
-                continue
-        trusted = compiled[path]
-        if trusted is None:
+        module = getattr(item, "module", None)
+        if trusted_code(path, module is not None and "@py_builtins" in vars(module)) is None and path in changed:
             continue
         function = getattr(item, "obj", None)
         function = getattr(function, "__func__", function)
@@ -273,16 +283,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if code is None:
             continue
         # A test under a library's decorator (mock.patch, hypothesis.given) runs the library's
-        # wrapper, which runs the test: the test's own code is the one held to the file. A
+        # wrapper, which runs the test: the test's own code is the one held to its file. A
         # wrapper from the candidate's files is not a library's.
         inner, seen = function, 0
-        while not _matches(inner, path, trusted) and hasattr(inner, "__wrapped__") and seen < 16:
+        while not matches(inner) and hasattr(inner, "__wrapped__") and seen < 16:
             wrapper_file = getattr(getattr(inner, "__code__", None), "co_filename", "")
             if wrapper_file in _candidate or os.path.realpath(wrapper_file) in _candidate:
                 break
             inner, seen = getattr(inner, "__wrapped__"), seen + 1
             inner = getattr(inner, "__func__", inner)
-        if not _matches(inner, path, trusted):
+        if not matches(inner):
             where = getattr(getattr(inner, "__code__", None), "co_filename", "?")
             guard.note(f"{item.nodeid} does not run the code of its file (it runs code from {where})")
             continue

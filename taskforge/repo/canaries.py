@@ -179,7 +179,7 @@ def _literal(node: ast.expr) -> Any:
 _NOT_LITERAL = object()
 
 
-def _vocabulary(tree: ast.Module) -> dict[type, list[Any]]:
+def _vocabulary(tree: ast.AST) -> dict[type, list[Any]]:
     found: dict[type, list[Any]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and type(node.value) in (int, float, str, bytes):
@@ -220,6 +220,11 @@ def _other(value: Any, vocabulary: Mapping[type, list[Any]], rng: random.Random)
         items[index] = changed
         return type(value)(items)
     return _NOT_LITERAL
+
+
+def _in(value: Any, vocabulary: Mapping[type, list[Any]]) -> bool:
+    """Whether ``value`` is one of the vocabulary's own (not made up by :func:`_other`)."""
+    return isinstance(value, bool) or value in vocabulary.get(type(value), [])
 
 
 def _spell(value: Any, original: str) -> str:
@@ -326,6 +331,7 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
     all_lines = text.splitlines()
     twins: list[Twin] = []
     vocabulary = _vocabulary(tree)
+    local = _vocabulary(function)
 
     def twin(kind: str, edited: list[str]) -> Twin:
         return Twin(test=nodeid, tests=tests, file=file, classes=classes, name=name, kind=kind,
@@ -336,7 +342,10 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
         if len([t for t in twins if t.kind == "value"]) >= _VALUE_TWINS_PER_TEST:
             break
         value = _literal(site)
-        changed = _other(value, vocabulary, rng)
+        # The test's own values first (its input data), then the file's.
+        changed = _other(value, local, rng)
+        if changed is _NOT_LITERAL or changed == value or not _in(changed, local):
+            changed = _other(value, vocabulary, rng)
         if changed is _NOT_LITERAL or changed == value:
             continue
         edited = _edit(all_lines, site, _spell(changed, _segment(all_lines, site)))

@@ -44,7 +44,7 @@ import tokenize
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Self
 
 from taskforge import guest
@@ -94,6 +94,7 @@ _GUARD_SOURCE = guest.source_path("guard")
 _GUARD_PROPERTY = "taskforge.guard"
 _TAMPERED_PROPERTY = "taskforge.tampered"
 _MAX_PATCH_BYTES = 8 * 1024 * 1024
+_MAX_GUARDED_FILES = 400
 _FACTS_SCRIPT = r"""
 import importlib.metadata as m, json, re
 plugins = sorted({ep.module for ep in m.entry_points(group="pytest11")})
@@ -221,6 +222,16 @@ class _TaskState:
     """Start state → gold, as changes (the lint's reference for each file)."""
     hidden: dict[str, str | None]
     """Start state → start state + test_patch, as changes (the trusted tests put back)."""
+    _python_files: list[str] | None = None
+
+    def python_files(self) -> list[str]:
+        """The Python files of the start state with the hidden tests, repo-relative, sorted."""
+        if self._python_files is None:
+            found = {p.relative_to(self.start.path).as_posix() for p in self.start.path.rglob("*.py")
+                     if ".git" not in p.parts and p.is_file()}
+            found |= {rel for rel, text in self.hidden.items() if rel.endswith(".py") and text is not None}
+            self._python_files = sorted(found)
+        return self._python_files
 
 
 @dataclass(kw_only=True, slots=True)
@@ -572,8 +583,17 @@ class Scorer:
 def _test_digests(state: _TaskState, changes: Mapping[str, bytes | None], select: list[str]) -> dict[str, str]:
     """The files the selected tests live in, as this run writes them: path in the sandbox -> sha256
     (the guard holds the collected tests to them)."""
+    files = {nodeid.split("::", 1)[0] for nodeid in select}
+    # Test modules beside them, or above them in the tree, may define what they inherit (a mixin
+    # in tests/__init__.py): the guard holds those to their files too.
+    folders = {parent for rel in files for parent in PurePosixPath(rel).parents}
+    for rel in state.python_files():
+        if len(files) >= _MAX_GUARDED_FILES:
+            break
+        if PurePosixPath(rel).parent in folders and state.tests.layout.is_test_file(rel):
+            files.add(rel)
     digests = {}
-    for rel in sorted({nodeid.split("::", 1)[0] for nodeid in select}):
+    for rel in sorted(files):
         if rel in changes:
             content = changes[rel]
         else:

@@ -25,6 +25,7 @@ TESTS = textwrap.dedent("""\
     from unittest import mock
 
     import feature
+    from mixins import Mixin
 
 
     def test_plain():
@@ -53,20 +54,24 @@ TESTS = textwrap.dedent("""\
             assert feature.double(0) == 0
 
 
-    class TestCase(Base, unittest.TestCase):
+    class TestCase(Base, Mixin, unittest.TestCase):
         def test_method(self):
             self.assertEqual(feature.double(5), 10)
 """)
 FEATURE = "def double(x):\n    return 2 * x\n"
+MIXINS = "import feature\n\n\nclass Mixin:\n    def test_from_a_mixin(self):\n        assert feature.double(4) == 8\n"
 
 
-def _run(tmp: Path, feature: str = FEATURE, *, after_digest: str | None = None) -> list[str]:
+def _run(tmp: Path, feature: str = FEATURE, *, after_digest: str | None = None, mixins_known: bool = True) -> list[str]:
     """Run the project; the guard's findings."""
     project = tmp / "project"
     project.mkdir()
     (project / "test_feature.py").write_text(TESTS)
+    (project / "mixins.py").write_text(MIXINS)
     (project / "feature.py").write_text(feature)
     digests = {str((project / "test_feature.py").resolve()): hashlib.sha256(TESTS.encode()).hexdigest()}
+    if mixins_known:  # the scorer names the test modules beside the selected ones
+        digests[str((project / "mixins.py").resolve())] = hashlib.sha256(MIXINS.encode()).hexdigest()
     if after_digest is not None:
         (project / "test_feature.py").write_text(after_digest)
     plugins = tmp / "plugins"
@@ -128,3 +133,8 @@ def test_an_audit_hook_from_the_candidates_code(tmp_path: Path) -> None:
 def test_a_test_file_that_differs_from_the_one_the_scorer_wrote(tmp_path: Path) -> None:
     neutered = TESTS.replace("assert feature.double(2) == 4", "assert True")
     assert any("changed at run time" in f for f in _run(tmp_path, after_digest=neutered))
+
+
+def test_a_test_inherited_from_a_module_the_scorer_did_not_name(tmp_path: Path) -> None:
+    findings = _run(tmp_path, mixins_known=False)
+    assert any("test_from_a_mixin does not run the code of its file" in f for f in findings), findings
