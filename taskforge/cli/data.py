@@ -72,14 +72,18 @@ def report_command(directory: Path, out: Path, validation: Path | None, rewards:
 
 @click.command("export")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--format", "fmt", required=True, type=click.Choice(["swebench", "hf"]),
-              help="swebench: JSONL of SWE-bench instances; hf: a Hugging Face dataset folder with a card.")
-@click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Output file (swebench) or new folder (hf).")
+@click.option("--format", "fmt", required=True, type=click.Choice(["swebench", "hf", "harbor"]),
+              help="swebench: SWE-bench instances for swebench 5's harness and mini-swe-agent (a .jsonl file, or a "
+                   "folder with a test split); hf: a Hugging Face dataset folder with a card; harbor: one Harbor task "
+                   "folder per task.")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
+              help="Output: a .jsonl file or a new folder (swebench), a new folder (hf, harbor).")
 @click.option("--images", is_flag=True, help="Build one audited image per task (start state on its environment image) and name it in image_name.")
 @one_line_errors
 def export_command(directory: Path, fmt: str, out: Path, images: bool) -> None:
     """Export the task folder DIRECTORY for other tools."""
     from taskforge.datasets.export import export_hf, export_swebench
+    from taskforge.datasets.harbor import export_harbor
 
     tags: dict[str, str] | None = None
     if images:
@@ -91,9 +95,15 @@ def export_command(directory: Path, fmt: str, out: Path, images: bool) -> None:
             f"{b.instance_id}: {b.tag} ({'built' if b.built else 'exists'}, audit clean: {b.audit.files} files "
             f"in {b.audit.seconds:.1f}s)"))
         tags = {b.instance_id: b.tag for b in built}
+    if tags is None and fmt in ("swebench", "harbor"):
+        status("without --images, the tasks name their environment images, which hold no repository: the harnesses "
+               "need --images")
     if fmt == "swebench":
         count = export_swebench(directory, out, images=tags)
         click.echo(f"wrote {count} SWE-bench instances to {out}")
+    elif fmt == "harbor":
+        count = export_harbor(directory, out, images=tags)
+        click.echo(f"wrote {count} Harbor task folders to {out}")
     else:
         export_hf(directory, out, images=tags)
         click.echo(f"wrote a Hugging Face dataset folder to {out}")

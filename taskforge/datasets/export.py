@@ -7,9 +7,18 @@ SWE-bench stores every instance field as a string; FAIL_TO_PASS and PASS_TO_PASS
 - ``created_at`` is when the task's shard was written (from the manifest), ISO 8601 UTC;
 - ``environment_setup_commit`` is ``base_commit``: the environment is built from the project's
   metadata, which the start state keeps, and it is the one commit the task's repository has;
-- ``image_name`` (not a SWE-bench field; SWE-smith and SWE-Gym use it) names the image to run the
-  task in: the environment image, or with ``--images`` the per-task image
-  (:mod:`taskforge.mining.images`).
+- ``image_name`` (SWE-smith, SWE-Gym and mini-swe-agent read it) and ``image`` (swebench 5's
+  harness reads it) name the image to run the task in: with ``--images`` the per-task image
+  (:mod:`taskforge.mining.images`: the start state at ``/testbed``), which the harnesses need;
+  without, the environment image, which holds no repository;
+- ``eval_script``, ``log_parser`` and ``eval_type`` are what swebench 5 runs and grades with
+  (:mod:`taskforge.datasets.swebench`); FAIL_TO_PASS and PASS_TO_PASS hold the ids its log parser
+  reads (node ids with whitespace escaped), and a task whose ids collide that way is refused.
+
+``--out`` naming a ``.jsonl`` file gets that file; any other ``--out`` is a folder holding
+``test.jsonl`` and a dataset card whose ``configs`` header declares it as split ``test``: what
+``load_dataset(OUT, split="test")`` reads, so the folder is a dataset name for SWE-bench's harness
+(``--dataset_name OUT --split test``) and for mini-swe-agent (``--subset OUT --split test``).
 
 The Hugging Face export writes ``data/train-*.parquet`` (task rows with the task schema),
 ``rewards/train-*.parquet`` when the folder has rewards, the source manifest as
@@ -39,13 +48,17 @@ from taskforge.datasets.schema import TASKS
 from taskforge.datasets.stats import REWARDS_DIR, summarize
 from taskforge.errors import TaskforgeError
 
-__all__ = ["SWEBENCH_FIELDS", "export_hf", "export_swebench", "swebench_instance"]
+__all__ = ["HARNESS_FIELDS", "SWEBENCH_FIELDS", "SWEBENCH_SPLIT", "export_hf", "export_swebench", "swebench_instance"]
 
 SWEBENCH_FIELDS = (
     "repo", "instance_id", "base_commit", "patch", "test_patch", "problem_statement", "hints_text", "created_at",
     "version", "FAIL_TO_PASS", "PASS_TO_PASS", "environment_setup_commit",
 )
 """SWE-bench's instance fields (all strings), in its order."""
+HARNESS_FIELDS = ("image", "eval_script", "log_parser", "eval_type")
+"""What swebench 5's harness reads of an instance besides SWEBENCH_FIELDS."""
+SWEBENCH_SPLIT = "test"
+"""The split a folder export declares (the split SWE-bench's datasets have)."""
 
 
 def _created_at(manifest: Manifest) -> dict[str, str]:
@@ -54,7 +67,12 @@ def _created_at(manifest: Manifest) -> dict[str, str]:
 
 
 def swebench_instance(row: Mapping[str, Any], *, created_at: str, image_name: str | None = None) -> dict[str, str]:
-    """One task row as a SWE-bench instance (every field a string), plus ``image_name``."""
+    """One task row as a SWE-bench instance (every field a string), plus ``image_name`` and the
+    fields swebench 5's harness runs it with (HARNESS_FIELDS)."""
+    from taskforge.datasets.swebench import EVAL_TYPE, LOG_PARSER, eval_script, harness_ids
+
+    ids = harness_ids(row["instance_id"], [*row["FAIL_TO_PASS"], *row["PASS_TO_PASS"]])
+    image = image_name or row["image_name"]
     return {
         "repo": row["repo"],
         "instance_id": row["instance_id"],
@@ -65,10 +83,14 @@ def swebench_instance(row: Mapping[str, Any], *, created_at: str, image_name: st
         "hints_text": "",
         "created_at": created_at,
         "version": row["version"],
-        "FAIL_TO_PASS": json.dumps(list(row["FAIL_TO_PASS"])),
-        "PASS_TO_PASS": json.dumps(list(row["PASS_TO_PASS"])),
+        "FAIL_TO_PASS": json.dumps([ids[t] for t in row["FAIL_TO_PASS"]]),
+        "PASS_TO_PASS": json.dumps([ids[t] for t in row["PASS_TO_PASS"]]),
         "environment_setup_commit": row["base_commit"],
-        "image_name": image_name or row["image_name"],
+        "image_name": image,
+        "image": image,
+        "eval_script": eval_script(row),
+        "log_parser": LOG_PARSER,
+        "eval_type": EVAL_TYPE,
     }
 
 
@@ -84,8 +106,10 @@ def _rows_with_shard(directory: Path) -> tuple[Manifest, list[tuple[str, dict[st
 
 
 def export_swebench(directory: Path, out: Path, *, images: Mapping[str, str] | None = None) -> int:
-    """Write the folder's tasks to ``out`` as SWE-bench JSONL; ``images`` maps instance_id → the
-    image to name instead of the row's. Returns the number of instances."""
+    """Write the folder's tasks as SWE-bench instances: JSONL at ``out`` if it names a ``.jsonl``
+    file, else a new folder ``out`` with ``test.jsonl`` and a card (see the module docstring);
+    ``images`` maps instance_id → the image to name instead of the row's. Returns the number of
+    instances."""
     manifest, rows = _rows_with_shard(directory)
     written = _created_at(manifest)
     lines = [
@@ -93,9 +117,50 @@ def export_swebench(directory: Path, out: Path, *, images: Mapping[str, str] | N
                    ensure_ascii=False)
         for shard, row in rows
     ]
+    data = "".join(f"{line}\n" for line in lines).encode()
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, "".join(f"{line}\n" for line in lines).encode())
+    if out.suffix == ".jsonl":
+        write_atomic(out, data)
+        return len(lines)
+    if out.exists():
+        raise TaskforgeError(f"{out} already exists; export into a new folder (or name a .jsonl file)",
+                             reason="output_exists")
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        write_atomic(staging / f"{SWEBENCH_SPLIT}.jsonl", data)
+        write_atomic(staging / "README.md", _swebench_card(len(lines)).encode())
+        staging.chmod(0o755)
+        os.rename(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    fsync_dir(out.parent)
     return len(lines)
+
+
+def _swebench_card(count: int) -> str:
+    return f"""---
+configs:
+- config_name: default
+  data_files:
+  - split: {SWEBENCH_SPLIT}
+    path: {SWEBENCH_SPLIT}.jsonl
+tags:
+- swe-bench
+- taskforge
+---
+
+# taskforge tasks as SWE-bench instances
+
+{count} instances, exported by `taskforge export --format swebench`. Each carries SWE-bench's fields
+and what swebench 5's harness runs it with (`image`, `eval_script`, `log_parser`, `eval_type`);
+`image_name` is the same image, for mini-swe-agent and SWE-smith-style tools.
+
+```bash
+python -m swebench.harness.run_evaluation --dataset_name THIS_FOLDER --split {SWEBENCH_SPLIT} --predictions_path gold --run_id check
+mini-extra swebench --subset THIS_FOLDER --split {SWEBENCH_SPLIT} --output preds/ ...
+```
+"""
 
 
 def _yaml_configs(with_rewards: bool) -> str:

@@ -18,6 +18,8 @@ Opening a folder for writing resumes it:
 - every listed shard is verified (size, sha256, schema), and the keys of its rows are loaded:
   :meth:`DatasetWriter.write` skips rows whose key is already there, so a run done twice never
   duplicates a row.
+The folder also gets a dataset card (``README.md``, :mod:`taskforge.datasets.card`) whose YAML
+header names the shards, so ``datasets.load_dataset(directory)`` reads it.
 A folder made with another recipe, kind or schema version is refused, and only one writer at a
 time may open a folder (an ``flock`` on the folder, released by the kernel however the process
 ends).
@@ -37,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
+from taskforge.datasets.card import write_card
 from taskforge.datasets.manifest import (
     MANIFEST,
     Manifest,
@@ -199,6 +202,7 @@ class DatasetWriter:
         manifest.updated_at = started
         self._manifest = manifest
         write_manifest(directory, manifest)  # from here on the folder is a valid dataset, if an empty one
+        write_card(directory, kind)  # so datasets.load_dataset(directory) reads the shards
 
     def close(self) -> None:
         """Release the folder (every write is already durable; nothing else is pending)."""

@@ -221,6 +221,14 @@ def _trusted_code(path: str, data: bytes, rewritten: bool, config: pytest.Config
     return _code_objects(code, {})
 
 
+def _matches(function: Any, path: str, trusted: dict[tuple[str, int], Any]) -> bool:
+    code = getattr(function, "__code__", None)
+    if code is None or os.path.realpath(code.co_filename) != path:
+        return False
+    match = trusted.get((getattr(code, "co_qualname", code.co_name), code.co_firstlineno))
+    return match is not None and _same_code(code, match)
+
+
 _collected: dict[str, tuple[Any, Any]] = {}
 
 
@@ -262,12 +270,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         code = getattr(function, "__code__", None)
         if code is None:
             continue
-        if os.path.realpath(code.co_filename) != path:
-            guard.note(f"{item.nodeid} runs code from {code.co_filename}")
-            continue
-        match = trusted.get((getattr(code, "co_qualname", code.co_name), code.co_firstlineno))
-        if match is None or not _same_code(code, match):
-            guard.note(f"{item.nodeid} does not run the code of its file")
+        # A test under a library's decorator (mock.patch, hypothesis.given) runs the library's
+        # wrapper, which runs the test: the test's own code is the one held to the file. A
+        # wrapper from the candidate's files is not a library's.
+        inner, seen = function, 0
+        while not _matches(inner, path, trusted) and hasattr(inner, "__wrapped__") and seen < 16:
+            wrapper_file = getattr(getattr(inner, "__code__", None), "co_filename", "")
+            if wrapper_file in _candidate or os.path.realpath(wrapper_file) in _candidate:
+                break
+            inner, seen = getattr(inner, "__wrapped__"), seen + 1
+            inner = getattr(inner, "__func__", inner)
+        if not _matches(inner, path, trusted):
+            where = getattr(getattr(inner, "__code__", None), "co_filename", "?")
+            guard.note(f"{item.nodeid} does not run the code of its file (it runs code from {where})")
             continue
         _collected[item.nodeid] = (function, code)
 

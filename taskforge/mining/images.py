@@ -1,17 +1,30 @@
-"""One image per task, for SWE-bench-style agents: the start state on top of the environment image.
+"""One image per task, for SWE-bench-style agents and harnesses: the start state on top of the
+environment image, set up the way those harnesses run an image.
 
     FROM <the task's environment image>
     COPY --chown=10001:10001 start/ /workspace/     the start state: working tree and fresh .git
-    WORKDIR /workspace
-    USER 10001:10001
+    USER root
+    RUN ln -s /workspace /testbed; git config --system safe.directory for both; HOME=/root (0755)
+    WORKDIR /testbed
+    STOPSIGNAL SIGKILL
 
-A harness that runs the image as it is (``docker run IMAGE``, then ``docker exec`` commands, as
-SWE-bench's harness does with ``/testbed``) finds the repository at /workspace, importable through
-the environment's ``.pth`` (which points there), owned by the user it runs as, so git works
-without ``safe.directory``. The tag is ``taskforge-task-REPO:DIGEST``, the digest of the id of
-the environment image it is built FROM, the start state's commit and the instance id: the same
-task on the same environment image always gets the same tag, and an image already there under
-that tag is reused (and audited again).
+SWE-bench's harness (5.x) and mini-swe-agent run an image as root (``docker run IMAGE``, then
+``docker exec`` commands) and work in ``/testbed``, so:
+
+- ``/testbed`` is a link to ``/workspace``, where the start state is (the environment's ``.pth``
+  points there, so the package imports from it, wherever it is reached from); the tree stays owned
+  by the sandbox user (uid 10001), so it can be run as that user too;
+- git trusts the repository for every user (``safe.directory``, system-wide), as the harness runs
+  git as root in a tree root does not own;
+- ``HOME`` is ``/root``, which exists, holds an empty ``.bashrc`` (mini-swe-agent points
+  ``BASH_ENV`` at it) and is readable by the sandbox user too;
+- ``STOPSIGNAL SIGKILL``: the harness keeps a container alive with ``tail -f /dev/null``, which
+  ignores SIGTERM as PID 1, so stopping one would wait out Docker's grace period.
+
+The tag is ``taskforge-task-REPO:DIGEST``, the digest of the id of the environment image it is
+built FROM, the start state's commit, the instance id and the Dockerfile itself: the same task on
+the same environment image always gets the same tag, a new recipe a new one, and an image already
+there under that tag is reused (and audited again).
 
 The audit. No layer may hold original code, so each image is audited as it is, from inside:
 
@@ -49,7 +62,7 @@ if TYPE_CHECKING:
 
         def remove_image(self, tag: str) -> None: ...
 
-__all__ = ["AUDIT_VIEW", "TASK_WORKSPACE", "TaskImage", "build_task_image", "build_task_images", "task_image_tag"]
+__all__ = ["AUDIT_VIEW", "HARNESS_WORKDIR", "TASK_WORKSPACE", "TaskImage", "build_task_image", "build_task_images", "task_image_tag"]
 
 TASK_WORKSPACE = "/workspace"
 """Where the start state is in a task image (the environment's .pth points there)."""
@@ -57,11 +70,19 @@ AUDIT_VIEW = "/taskforge-audit"
 """Where the audit view copies the paths a hardened sandbox hides (outside every IMAGE_ROOT)."""
 _HIDDEN_BY_TMPFS = ("/workspace", "/tmp")
 
+HARNESS_WORKDIR = "/testbed"
+"""Where SWE-bench-style harnesses look for the repository: a link to TASK_WORKSPACE."""
 _TASK_DOCKERFILE = """\
 FROM {env_image}
 COPY --chown={user} start/ {workspace}/
-WORKDIR {workspace}
-USER {user}
+USER root
+RUN ln -s {workspace} {testbed} \\
+ && git config --system --add safe.directory {workspace} \\
+ && git config --system --add safe.directory {testbed} \\
+ && mkdir -p /root && touch /root/.bashrc && chmod 0755 /root && chmod 0644 /root/.bashrc
+ENV HOME=/root
+WORKDIR {testbed}
+STOPSIGNAL SIGKILL
 """
 # RUN as root: the view copies what the image holds, whoever owns it.
 _VIEW_DOCKERFILE = """\
@@ -84,12 +105,22 @@ class TaskImage:
     """The host scan of the start state and the scan of the image, together."""
 
 
-def task_image_tag(task: Task, *, env_image_id: str) -> str:
+def task_image_tag(task: Task, *, env_image_id: str, user: str | None = None) -> str:
     """``taskforge-task-REPO:DIGEST`` of the environment image's id (as built here: the image the
-    task image is made FROM), ``base_commit`` and instance id."""
-    digest = hashlib.sha256(f"{env_image_id}\0{task.base_commit}\0{task.instance_id}".encode()).hexdigest()[:16]
+    task image is made FROM), ``base_commit``, instance id and the Dockerfile (whose tree owner is
+    ``user``, by default the sandbox's)."""
+    from taskforge.sandbox import SandboxLimits
+
+    dockerfile = _dockerfile(task, user=user or SandboxLimits.load().user)
+    digest = hashlib.sha256(
+        f"{env_image_id}\0{task.base_commit}\0{task.instance_id}\0{dockerfile}".encode()).hexdigest()[:16]
     repo = re.sub(r"[^a-z0-9._-]+", "-", task.repo.lower()).strip("-._") or "repo"
     return f"taskforge-task-{repo}:{digest}"
+
+
+def _dockerfile(task: Task, *, user: str) -> str:
+    return _TASK_DOCKERFILE.format(env_image=task.image_name, user=user, workspace=TASK_WORKSPACE,
+                                   testbed=HARNESS_WORKDIR)
 
 
 def _view_paths(path: str) -> str:
@@ -129,7 +160,8 @@ def build_task_image(task: Task, *, backend: ImageBackend, limits: SandboxLimits
     from taskforge.sandbox import SandboxLimits
 
     limits = limits or SandboxLimits.load()
-    tag = task_image_tag(task, env_image_id=backend.image_id(task.image_name))
+    tag = task_image_tag(task, env_image_id=backend.image_id(task.image_name), user=limits.user)
+    dockerfile = _dockerfile(task, user=limits.user)
     with tempfile.TemporaryDirectory(prefix="taskforge-image-") as tmp:
         context = Path(tmp)
         start = rebuild_start_state(task, context / "start")
@@ -144,8 +176,7 @@ def build_task_image(task: Task, *, backend: ImageBackend, limits: SandboxLimits
                                  "audit can vouch for an image of it", reason="audit_empty_fingerprint")
         built = not backend.image_exists(tag)
         if built:
-            (context / "Dockerfile").write_text(_TASK_DOCKERFILE.format(
-                env_image=task.image_name, user=limits.user, workspace=TASK_WORKSPACE))
+            (context / "Dockerfile").write_text(dockerfile)
             backend.build_image(context, tag=tag, labels={
                 "taskforge.role": "task", "taskforge.instance_id": task.instance_id,
                 "taskforge.base_commit": task.base_commit, "taskforge.env_image": task.image_name,

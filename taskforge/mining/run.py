@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from taskforge.datasets.card import CARD
 from taskforge.datasets.stats import MINE_SUMMARY
 from taskforge.errors import TaskforgeError
 from taskforge.mining.config import MineConfig
@@ -174,7 +175,7 @@ def run_mining(
                                  "seconds": round(summary.seconds, 2)}}
             write_atomic(folder / SUMMARY_FILE, json.dumps(data, indent=2).encode())
             if remote is not None:
-                remote.push(extra=(SUMMARY_FILE,))
+                remote.push(extra=(SUMMARY_FILE, CARD))
 
         for outcome in executor(summary.pending, recipe):
             if outcome.failure:

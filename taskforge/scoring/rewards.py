@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 __all__ = [
     "MODES",
+    "PREDICTION_FORMS",
     "SCORER_VERSION",
     "RewardMode",
     "RewardResult",
@@ -123,33 +124,77 @@ class RewardResult:
         }
 
 
+PREDICTION_FORMS = (
+    "JSONL (one prediction object a line), a JSON list of prediction objects, a JSON object keyed by "
+    "instance_id (mini-swe-agent's preds.json), or one prediction object; a prediction object has "
+    "instance_id and model_patch, and optionally model_name_or_path"
+)
+"""The forms :func:`load_predictions` reads, as its errors name them."""
+
+
 def load_predictions(path: Path) -> list[dict[str, str]]:
-    """SWE-bench predictions (JSONL, or a JSON list): ``instance_id``, ``model_patch``,
-    ``model_name_or_path``. A line that is not such an object raises, naming the line."""
+    """SWE-bench predictions (``instance_id``, ``model_patch``, ``model_name_or_path``) in every
+    form the harnesses write (:data:`PREDICTION_FORMS`):
+
+    - JSONL, one object a line (SWE-bench's ``predictions.jsonl``);
+    - a JSON list of objects;
+    - a JSON object keyed by instance id, each value a prediction (mini-swe-agent's ``preds.json``;
+      a value without ``instance_id`` takes its key, one with a different one is refused);
+    - one prediction object.
+
+    Anything else raises ``ValueError`` naming the place (``path:line`` or ``path[key]``) and the
+    forms expected."""
     text = path.read_text(encoding="utf-8")
-    numbered: Sequence[tuple[int, Any]]
-    if text.lstrip().startswith("["):
+    stripped = text.strip()
+    numbered: list[tuple[str, Any]]
+    if not stripped:
+        raise ValueError(f"{path}: empty; expected {PREDICTION_FORMS}")
+    if stripped[0] in "[{":
         try:
-            rows = json.loads(text)
+            data = json.loads(stripped)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-        numbered = list(enumerate(rows, 1))
+            data = None
+            if stripped[0] == "[" or "\n" not in stripped:
+                raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); expected {PREDICTION_FORMS}") from None
+        if isinstance(data, list):
+            numbered = [(f"{path}[{i}]", row) for i, row in enumerate(data)]
+        elif isinstance(data, dict) and "instance_id" in data:
+            numbered = [(str(path), data)]
+        elif isinstance(data, dict):
+            numbered = [(f"{path}[{key!r}]", _keyed(path, key, row)) for key, row in data.items()]
+        else:
+            numbered = _jsonl(path, text)  # several objects, one a line
     else:
-        numbered = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                numbered.append((number, json.loads(line)))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+        numbered = _jsonl(path, text)
     predictions = []
-    for number, row in numbered:
+    for where, row in numbered:
         if not isinstance(row, dict) or not isinstance(row.get("instance_id"), str):
-            raise ValueError(f"{path}:{number}: not a prediction (an object with instance_id and model_patch)")
+            raise ValueError(f"{where}: not a prediction; expected {PREDICTION_FORMS}")
         patch = row.get("model_patch") or ""
         if not isinstance(patch, str):
-            raise ValueError(f"{path}:{number}: model_patch is not a string")
+            raise ValueError(f"{where}: model_patch is not a string")
         predictions.append({"instance_id": row["instance_id"], "model_patch": patch,
                             "model_name_or_path": str(row.get("model_name_or_path") or "")})
     return predictions
+
+
+def _keyed(path: Path, key: str, row: Any) -> Any:
+    """One value of a dict keyed by instance id: its key is its id, and an id it names must agree."""
+    if not isinstance(row, dict):
+        return row
+    named = row.get("instance_id", key)
+    if named != key:
+        raise ValueError(f"{path}[{key!r}]: keyed {key!r} but its instance_id is {named!r}")
+    return {**row, "instance_id": key}
+
+
+def _jsonl(path: Path, text: str) -> list[tuple[str, Any]]:
+    numbered = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            numbered.append((f"{path}:{number}", json.loads(line)))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number}: not valid JSON ({err.msg}); expected {PREDICTION_FORMS}") from None
+    return numbered

@@ -15,7 +15,10 @@ after one untimed run of each side):
   lint on the host, a pre-started container from the pool, the tree copied in, pytest with the
   guard, the report read back and judged, the container removed), with its `apply_s`/`test_s` split.
 Printed: host median, scorer p50/p95, the scorer p50 / host median ratio per task, and over all
-tasks the median of those ratios and the p50/p95 of every scoring pooled.
+tasks the median of those ratios and the p50/p95 of every scoring pooled. Canaries: each repeat
+also scores the same task with its canaries taken out (``validation["canaries"] = []``: one run
+in one container, as a task mined before them); ``+canary`` is the scorer's test time with them
+over that, minus one, and the overall figure is its median over the tasks.
 
 Throughput: one batch (every task x `--repeats` gold patches, grouped by image as `taskforge score`
 orders its work) through `score_many` with `Scorer(concurrency=1)` and `Scorer(concurrency=2)`,
@@ -48,7 +51,7 @@ from taskforge.repo.patches import apply_patch
 from taskforge.repo.startstate import rebuild_start_state
 from taskforge.repo.suite import _host_venv
 from taskforge.sandbox import SandboxBackend, SandboxLimits, open_backend
-from taskforge.scoring.scorer import RewardResult, Scorer
+from taskforge.scoring.scorer import RewardResult, Scorer, task_canaries
 from taskforge.task import Task
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -132,6 +135,13 @@ class _HostRun:
         return seconds
 
 
+def _without_canaries(task: Task) -> Task:
+    from dataclasses import replace
+
+    validation = {**json.loads(task.validation or "{}"), "canaries": []}
+    return replace(task, validation=json.dumps(validation))
+
+
 def _warm(scorer: Scorer, tasks: Sequence[Task]) -> None:
     """One untimed scoring per task: start states rebuilt, plugins listed, the pool filled."""
     for task in tasks:
@@ -143,7 +153,7 @@ def _latency(tasks: Sequence[Task], *, backend: SandboxBackend, limits: SandboxL
              scratch: Path) -> tuple[dict[str, Any], int, int]:
     rows: dict[str, Any] = {}
     print(f"{'task':<58}{'tests':>6}{'host s':>8}{'p50 s':>8}{'p95 s':>8}{'apply s':>9}{'test s':>8}"
-          f"{'+s':>7}{'ratio':>8}")
+          f"{'+s':>7}{'ratio':>8}{'twins':>6}{'+canary':>9}")
     with Scorer(backend=backend, limits=limits, concurrency=1) as scorer:
         _warm(scorer, tasks)
         hits, started = scorer.pool.hits, scorer.pool.started
@@ -156,6 +166,8 @@ def _latency(tasks: Sequence[Task], *, backend: SandboxBackend, limits: SandboxL
             host()
             host_s: list[float] = []
             results: list[RewardResult] = []
+            plain: list[RewardResult] = []
+            without = _without_canaries(task)
             for repeat in range(repeats):
                 # Scorer first: the pool refills in the background during its own test run, not
                 # during the host run after it.
@@ -163,6 +175,8 @@ def _latency(tasks: Sequence[Task], *, backend: SandboxBackend, limits: SandboxL
                 _check([result])
                 results.append(result)
                 host_s.append(host())
+                plain.append(scorer.score(without, task.patch, candidate_id=f"plain-{repeat}"))
+                _check(plain[-1:])
             durations = [r.duration_s for r in results]
             row: dict[str, Any] = {
                 "repo": task.repo,
@@ -172,15 +186,18 @@ def _latency(tasks: Sequence[Task], *, backend: SandboxBackend, limits: SandboxL
                 "score_p95_s": _percentile(durations, 0.95),
                 "apply_median_s": _median([r.apply_s for r in results]),
                 "test_median_s": _median([r.test_s for r in results]),
+                "plain_test_median_s": _median([r.test_s for r in plain]),
+                "canaries": len(task_canaries(task)),
                 "host_s": host_s,
                 "score_s": durations,
             }
+            row["canary_share"] = row["test_median_s"] / row["plain_test_median_s"] - 1
             row["overhead_s"] = row["score_p50_s"] - row["host_median_s"]
             row["ratio"] = row["score_p50_s"] / row["host_median_s"]
             rows[task.instance_id] = row
             print(f"{task.instance_id[:57]:<58}{row['tests']:>6}{row['host_median_s']:>8.2f}{row['score_p50_s']:>8.2f}"
                   f"{row['score_p95_s']:>8.2f}{row['apply_median_s']:>9.2f}{row['test_median_s']:>8.2f}"
-                  f"{row['overhead_s']:>7.2f}{row['ratio']:>7.2f}x")
+                  f"{row['overhead_s']:>7.2f}{row['ratio']:>7.2f}x{row['canaries']:>6}{row['canary_share']:>8.0%}")
         return rows, scorer.pool.hits - hits, scorer.pool.started - started
 
 
@@ -285,12 +302,17 @@ def main() -> None:
         "score_p95_s": _percentile(every, 0.95),
         "host_median_s": _median([s for row in rows.values() for s in row["host_s"]]),
         "ratio_median": _median(ratios),
+        "overhead_median_s": _median([row["overhead_s"] for row in rows.values()]),
+        "canary_share_median": _median([row["canary_share"] for row in rows.values()]),
         "pool_hits": hits,
         "containers_started": started,
     }
     print(f"all {len(every)} scorings: p50 {overall['score_p50_s']:.2f} s, p95 {overall['score_p95_s']:.2f} s; "
           f"host median {overall['host_median_s']:.2f} s; scorer p50 / host median, median over tasks: "
           f"{overall['ratio_median']:.2f}x")
+    print(f"overhead over the bare host run (scorer p50 - host median), median over tasks: "
+          f"{overall['overhead_median_s']:.2f} s; canaries add {overall['canary_share_median']:.0%} to the "
+          f"scorer's test time (median over tasks)")
     print(f"pool hits (container already started when asked for): {hits}/{len(every)}")
 
     throughput = _throughput(tasks, backend=backend, limits=limits, repeats=args.repeats, rounds=args.rounds)

@@ -55,15 +55,24 @@ def test_export_with_images_names_audited_per_task_images(folder, backend, tmp_p
     for task, instance in zip(tasks, instances, strict=True):
         image = instance["image_name"]
         assert backend.image_labels(image)["taskforge.instance_id"] == task.instance_id
-        # A harness runs the image as it is: the start state is at /workspace, owned by the user
-        # it runs as, at the task's one commit, clean, and the package imports from there.
-        report = _docker_run(backend, image, "id -u; pwd; git log --format=%H; git status --porcelain | wc -l; "
-                                             "git rev-list --all | wc -l; python -c 'import iniconfig; print(iniconfig.__file__)'")
-        uid, cwd, commit, dirty, commits, module = report.split()
-        assert (uid, cwd, commit, dirty, commits) == ("10001", "/workspace", task.base_commit, "0", "1")
-        assert module.startswith("/workspace/")
+        # A harness runs the image as it is, as root in /testbed (SWE-bench 5, mini-swe-agent): the
+        # start state is there, at the task's one commit, clean, git trusts it, HOME exists, and
+        # the package imports from there. The sandbox user can use it too.
+        report = _docker_run(backend, image, "id -u; pwd; cd /testbed; git log --format=%H; git status --porcelain | wc -l; "
+                                             "git rev-list --all | wc -l; python -c 'import iniconfig; print(iniconfig.__file__)'; "
+                                             "test -d $HOME && test -f $HOME/.bashrc && echo home-ok; "
+                                             "su -s /bin/sh sandbox -c 'cd /testbed && git status --porcelain | wc -l; "
+                                             "test -r /root/.bashrc && echo home-readable'")
+        uid, cwd, commit, dirty, commits, module, home, sandbox_dirty, readable = report.split()
+        # Docker resolves the WORKDIR link: the shell starts in /workspace, which /testbed is.
+        assert (uid, cwd, commit, dirty, commits) == ("0", "/workspace", task.base_commit, "0", "1")
+        assert module.startswith("/workspace/") or module.startswith("/testbed/")
+        assert (home, sandbox_dirty, readable) == ("home-ok", "0", "home-readable")
+        config = backend.client.images.get(image).attrs["Config"]
+        assert (config["User"] in ("", "root", "0"), config["WorkingDir"], config.get("StopSignal")) == (
+            True, "/testbed", "SIGKILL")
     # The hidden tests fail at the start state (+ test_patch) and pass with the gold patch, run
-    # in the image as an agent's harness would: in /workspace, as the image's user.
+    # in the image as an agent's harness would: in /testbed, as root.
     task = tasks[0]
     ids = " ".join(f"'{t}'" for t in task.FAIL_TO_PASS)
     script = ("git apply - <<'EOF'\n" + task.test_patch + "EOF\n"

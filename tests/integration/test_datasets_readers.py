@@ -23,9 +23,11 @@ from taskforge.datasets import (
     TASKS,
     DatasetWriter,
     WriterConfig,
+    read_manifest,
     run_versions,
     shard_files,
 )
+from taskforge.datasets.card import CARD
 from taskforge.datasets import open as open_dataset
 from taskforge.datasets.testing import reward_rows, task_rows
 
@@ -89,6 +91,38 @@ def test_hugging_face_datasets_reads_the_same_rows(folder: tuple[Path, str], tmp
     directory, _ = folder
     loaded = hf.load_dataset("parquet", data_files=[str(p) for p in shard_files(directory)], split="train",
                              cache_dir=str(tmp_path / "hf-cache"))
+    assert sorted(loaded.to_list(), key=_key) == _expected(directory)
+
+
+def test_load_dataset_reads_a_mined_folder_by_its_card(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load_dataset(DIR)`` on a mined folder, as a user types it: its JSON files (manifest,
+    mine summary, validation report) outnumber the one shard, so without the card's ``configs``
+    header the library would read them as the data."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    hf = _hf()
+    mined = tmp_path / "mined"
+    shutil.copytree(SAMPLE, mined)
+    # Opening the folder for writing (as a resumed mine does) gives it its card.
+    with DatasetWriter(mined, kind=TASKS, recipe=read_manifest(SAMPLE).recipe, versions=run_versions()):
+        pass
+    (mined / "validate.json").write_text("[]")
+    assert (mined / CARD).is_file()
+    assert len(list(mined.glob("*.json"))) > len(shard_files(mined))
+    loaded = hf.load_dataset(str(mined), split="train", cache_dir=str(tmp_path / "hf-cache"))
+    assert sorted(loaded.to_list(), key=_key) == _expected(mined)
+    assert len(loaded) == len(_expected(SAMPLE))
+
+
+def test_load_dataset_reads_a_rewards_folder_by_its_card(folder: tuple[Path, str], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    hf = _hf()
+    directory, _ = folder
+    if not (directory / CARD).is_file():
+        pytest.skip("the committed sample predates cards; the mined-folder test covers it")
+    loaded = hf.load_dataset(str(directory), split="train", cache_dir=str(tmp_path / "hf-cache"))
     assert sorted(loaded.to_list(), key=_key) == _expected(directory)
 
 

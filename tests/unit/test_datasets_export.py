@@ -39,7 +39,11 @@ SWEBENCH_INSTANCE_FEATURES = {
     "PASS_TO_PASS": "string",
     "environment_setup_commit": "string",
 }
-EXTRA_FIELDS = {"image_name": "string"}  # not SWE-bench's; SWE-smith and SWE-Gym name the image this way
+EXTRA_FIELDS = {
+    "image_name": "string",  # not SWE-bench's; SWE-smith, SWE-Gym and mini-swe-agent name the image this way
+    # What swebench 5's harness builds a test spec from (swebench.harness.utils.make_test_spec).
+    "image": "string", "eval_script": "string", "log_parser": "string", "eval_type": "string",
+}
 ROWS = task_rows(12)
 
 
@@ -111,5 +115,6 @@ def test_export_command(folder: Path, tmp_path: Path) -> None:
     out = tmp_path / "swe.jsonl"
     result = CliRunner().invoke(main, ["export", str(folder), "--format", "swebench", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert result.output == f"wrote 12 SWE-bench instances to {out}\n"
+    assert result.output.endswith(f"wrote 12 SWE-bench instances to {out}\n")
+    assert "the harnesses need --images" in result.output  # the rows name environment images
     assert len(out.read_text().splitlines()) == 12

@@ -25,6 +25,7 @@ from taskforge.datasets import (
 from taskforge.datasets import (
     open as open_dataset,
 )
+from taskforge.datasets.card import CARD, card_text
 from taskforge.datasets.testing import reward_rows, task_rows
 from taskforge.errors import TaskforgeError
 
@@ -56,7 +57,7 @@ def test_rows_come_back_exactly_in_zstd_shards_with_small_row_groups(tmp_path: P
     assert meta.num_row_groups == 5
     assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"ZSTD"}
     assert open_dataset(tmp_path).count_rows() == 100
-    assert sorted(os.listdir(tmp_path)) == [MANIFEST, *result.shards]  # no temporaries, no lock file
+    assert sorted(os.listdir(tmp_path)) == [CARD, MANIFEST, *result.shards]  # no temporaries, no lock file
 
 
 def test_a_second_run_skips_rows_already_there_and_appends_the_rest(tmp_path: Path) -> None:
@@ -118,7 +119,7 @@ def test_rows_that_do_not_fit_the_schema_are_refused(tmp_path: Path, change, rea
         writer.write(rows, prefix="tasks-demo")
     assert err.value.reason == reason
     assert open_dataset(tmp_path).count_rows() == 0
-    assert [p.name for p in tmp_path.iterdir()] == [MANIFEST]  # the half-written shard is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == [CARD, MANIFEST]  # the half-written shard is gone
 
 
 def _flip_byte(path: Path, offset: int) -> None:
@@ -223,7 +224,7 @@ def test_temporaries_are_invisible_and_cleaned_on_resume(tmp_path: Path) -> None
     assert open_dataset(tmp_path).count_rows() == 10
     with _writer(tmp_path):
         pass
-    assert sorted(os.listdir(tmp_path)) == [MANIFEST, "tasks-demo-00000.parquet"]
+    assert sorted(os.listdir(tmp_path)) == [CARD, MANIFEST, "tasks-demo-00000.parquet"]
 
 
 def _audited(rows: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -293,3 +294,20 @@ def test_reward_rows_round_trip_keyed_by_task_and_candidate(tmp_path: Path) -> N
     with pytest.raises(TaskforgeError) as err:  # a task writer refuses a reward folder
         _writer(tmp_path)
     assert err.value.reason == "schema_version"
+
+
+def test_the_folder_gets_a_card_naming_its_shards_and_keeps_someone_elses(tmp_path: Path) -> None:
+    with _writer(tmp_path) as writer:
+        writer.write(task_rows(3), prefix="tasks-demo")
+    card = (tmp_path / CARD).read_text()
+    assert card == card_text(TASKS)
+    header = card.split("\n---\n", 1)[0]
+    assert "configs:" in header and 'path: "*.parquet"' in header and "split: train" in header
+    (tmp_path / CARD).write_text("---\ntaskforge_dataset_card: true\n---\nan older card of ours\n")
+    with _writer(tmp_path):
+        pass
+    assert (tmp_path / CARD).read_text() == card  # ours, out of date: rewritten
+    (tmp_path / CARD).write_text("# my own notes\n")
+    with _writer(tmp_path):
+        pass
+    assert (tmp_path / CARD).read_text() == "# my own notes\n"  # someone else's: left alone

@@ -1,0 +1,130 @@
+"""The scoring guard (taskforge/guest/guard.py) in a real pytest run on the host: honest suites,
+decorated tests included, give no finding; hidden tests that do not run as written do.
+
+Each case is a small project run with ``python -m pytest -p taskforge_pytest_guard``, the
+environment the scorer gives the guard (the candidate's files, the test files' sha256), and the
+JUnit report read for the guard's ``taskforge.tampered`` properties."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from taskforge import guest
+
+TESTS = textwrap.dedent("""\
+    import functools
+    import unittest
+    from unittest import mock
+
+    import feature
+
+
+    def test_plain():
+        assert feature.double(2) == 4
+
+
+    @mock.patch("os.getcwd", return_value="/x")
+    def test_under_mock_patch(getcwd):
+        assert feature.double(3) == 6
+
+
+    def passthrough(f):
+        @functools.wraps(f)
+        def wrapper(*a, **k):
+            return f(*a, **k)
+        return wrapper
+
+
+    @passthrough
+    def test_under_a_wrapper():
+        assert feature.double(1) == 2
+
+
+    class Base:
+        def test_inherited(self):
+            assert feature.double(0) == 0
+
+
+    class TestCase(Base, unittest.TestCase):
+        def test_method(self):
+            self.assertEqual(feature.double(5), 10)
+""")
+FEATURE = "def double(x):\n    return 2 * x\n"
+
+
+def _run(tmp: Path, feature: str = FEATURE, *, after_digest: str | None = None) -> list[str]:
+    """Run the project; the guard's findings."""
+    project = tmp / "project"
+    project.mkdir()
+    (project / "test_feature.py").write_text(TESTS)
+    (project / "feature.py").write_text(feature)
+    digests = {str((project / "test_feature.py").resolve()): hashlib.sha256(TESTS.encode()).hexdigest()}
+    if after_digest is not None:
+        (project / "test_feature.py").write_text(after_digest)
+    plugins = tmp / "plugins"
+    plugins.mkdir()
+    shutil.copy(guest.source_path("guard"), plugins / "taskforge_pytest_guard.py")
+    env = {**os.environ, "PYTHONPATH": f"{plugins}{os.pathsep}{project}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "TASKFORGE_GUARD_CANDIDATE": json.dumps([str((project / "feature.py").resolve())]),
+           "TASKFORGE_GUARD_TESTS": json.dumps(digests)}
+    report = tmp / "report.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "taskforge_pytest_guard", "-p", "no:cacheprovider",
+                    f"--junitxml={report}", "-q", "test_feature.py"], cwd=project, env=env, capture_output=True,
+                   text=True, timeout=120, check=False)
+    root = ET.parse(report).getroot()
+    props = [(p.get("name"), p.get("value") or "") for p in root.iter("property")]
+    assert ("taskforge.guard", "1") in props, props
+    return [value for name, value in props if name == "taskforge.tampered"]
+
+
+def test_an_honest_suite_with_decorated_and_inherited_tests_has_no_finding(tmp_path: Path) -> None:
+    assert _run(tmp_path) == []
+
+
+def test_a_test_whose_code_is_swapped_at_import(tmp_path: Path) -> None:
+    swap = FEATURE + textwrap.dedent("""\
+        import sys
+        def _later():
+            mod = sys.modules.get("test_feature")
+            if mod is not None and hasattr(mod, "test_plain"):
+                mod.test_plain.__code__ = (lambda: None).__code__
+        import builtins
+        _orig = builtins.__import__
+        def _hook(name, *a, **k):
+            result = _orig(name, *a, **k)
+            _later()
+            return result
+        builtins.__import__ = _hook
+    """)
+    findings = _run(tmp_path, swap)
+    assert any("code of" in f and "swapped" in f for f in findings), findings
+    assert any("test_plain does not run the code of its file" in f for f in findings), findings
+
+
+def test_an_import_hook_from_the_candidates_code(tmp_path: Path) -> None:
+    hook = FEATURE + textwrap.dedent("""\
+        import sys
+        class Finder:
+            def find_spec(self, *args, **kwargs):
+                return None
+        sys.meta_path.insert(0, Finder())
+    """)
+    assert any(f.startswith("import hook Finder installed from") for f in _run(tmp_path, hook))
+
+
+def test_an_audit_hook_from_the_candidates_code(tmp_path: Path) -> None:
+    hook = FEATURE + "import sys\nsys.addaudithook(lambda event, args: None)\n"
+    assert any(f.startswith("an audit hook added from") for f in _run(tmp_path, hook))
+
+
+def test_a_test_file_that_differs_from_the_one_the_scorer_wrote(tmp_path: Path) -> None:
+    neutered = TESTS.replace("assert feature.double(2) == 4", "assert True")
+    assert any("changed at run time" in f for f in _run(tmp_path, after_digest=neutered))
