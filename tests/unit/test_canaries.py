@@ -152,3 +152,40 @@ def test_non_ascii_lines_are_edited_at_the_right_columns() -> None:
     for twin in twins:
         ast.parse(twin.source)
         assert "é" in twin.source
+
+
+def test_the_two_runs_of_a_scoring_look_alike_and_never_hold_a_test_with_its_twin() -> None:
+    """The scorer's plan (taskforge.scoring.scorer._plan): both runs select every FAIL_TO_PASS
+    test, sorted; PASS_TO_PASS is split between them; each twinned id is a canary in exactly one
+    run and itself in the other; the file of each run has the twin in the test's place."""
+    import json
+    from dataclasses import replace
+
+    from taskforge.datasets.testing import task_rows
+    from taskforge.scoring.scorer import _plan
+    from taskforge.task import Task
+
+    twinned = [f"{FILE}::test_parse", f"{FILE}::TestThing::test_truthy", f"{FILE}::test_member"]
+    fail_to_pass = [*twinned, f"{FILE}::test_param[1]"]
+    pass_to_pass = [f"tests/test_other.py::test_{n}" for n in range(9)]
+    twins = make_twins({FILE: SOURCE}, fail_to_pass, seed="t")
+    base = Task.from_row(task_rows(1)[0])
+    task = replace(base, FAIL_TO_PASS=tuple(fail_to_pass), PASS_TO_PASS=tuple(pass_to_pass),
+                   validation=json.dumps({"canaries": [t.to_json() for t in twins]}))
+    selected = [*fail_to_pass, *pass_to_pass]
+    for _ in range(20):
+        first, second = _plan(task, {FILE: SOURCE.encode()}, selected)
+        assert first.select == sorted(first.select) and second.select == sorted(second.select)
+        assert set(fail_to_pass) <= set(first.select) and set(fail_to_pass) <= set(second.select)
+        others = [set(part.select) - set(fail_to_pass) for part in (first, second)]
+        assert others[0].isdisjoint(others[1]) and others[0] | others[1] == set(pass_to_pass)
+        assert abs(len(others[0]) - len(others[1])) <= 1
+        assert first.canaries.isdisjoint(second.canaries)
+        assert first.canaries | second.canaries == {i for t in twins for i in t.tests}
+        for part in (first, second):
+            text = part.changes[FILE].decode()
+            assert text.count("def test_parse(") == 1 and text.count("def test_truthy(") == 1
+            for test in part.canaries:
+                name = test.split("::")[-1]
+                assert name in text
+            assert (text != SOURCE) == bool(part.canaries)
