@@ -25,11 +25,23 @@ from __future__ import annotations
 import ast
 import random
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Twin", "make_twins", "place_twin", "twin_ids"]
+__all__ = ["Twin", "make_twins", "parse_source", "place_twin", "twin_ids"]
+
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_source(source: str | bytes) -> ast.Module:
+    """``ast.parse``, one thread at a time in the whole process: CPython 3.11 keeps the AST
+    builder's recursion depth in interpreter-wide state, and two threads parsing at once (the
+    scorer lints candidates and places twins in its worker threads) fail with ``SystemError: AST
+    constructor recursion depth mismatch``."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
 
 _MAX_FUNCTIONS = 64  # bounds calibration's one run; in scoring a twin replaces its test, so it costs no test
 _VALUE_TWINS_PER_TEST = 2
@@ -322,7 +334,7 @@ def _negate(lines: list[str], function: ast.FunctionDef | ast.AsyncFunctionDef) 
 
 def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: tuple[str, ...],
               rng: random.Random) -> list[Twin]:
-    tree = ast.parse(text)
+    tree = parse_source(text)
     function = _find(tree, classes, name)
     if function is None or any("parametrize" in ast.dump(d) for d in function.decorator_list):
         return []
@@ -384,7 +396,7 @@ def make_twins(hidden: Mapping[str, str | None], fail_to_pass: Sequence[str], *,
         if file not in trees:
             text = hidden.get(file)
             try:
-                trees[file] = ast.parse(text) if text else None
+                trees[file] = parse_source(text) if text else None
             except SyntaxError:
                 trees[file] = None
         tree = trees[file]
@@ -405,7 +417,7 @@ def place_twin(text: str, twin: Twin, *, name: str | None = None) -> str:
     """``text`` with ``twin`` in its test's place (``name`` None), or added after the test under
     ``name`` (the calibration's way: both in one file). Raises ``ValueError`` when the test is
     not in ``text`` as one plain function."""
-    tree = ast.parse(text)
+    tree = parse_source(text)
     function = _find(tree, twin.classes, twin.name)
     if function is None:
         raise ValueError(f"{twin.test} is not one plain function of {twin.file}")

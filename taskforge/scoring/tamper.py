@@ -36,7 +36,6 @@ from __future__ import annotations
 import ast
 import configparser
 import re
-import threading
 import tomllib
 from collections import Counter
 from collections.abc import Iterable
@@ -44,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Literal
 
+from taskforge.repo.canaries import parse_source
 from taskforge.repo.testfiles import DEFAULT_LAYOUT, TestLayout, is_test_path
 from taskforge.task import is_doctest_id
 
@@ -351,15 +351,9 @@ def lint_python(text: str) -> list[Finding]:
     return sorted(linter.findings)
 
 
-_PARSE_LOCK = threading.Lock()
-
-
 def _parse(source: str) -> ast.Module:
-    """``ast.parse``, one thread at a time: CPython 3.11 keeps the AST builder's recursion depth
-    in interpreter-wide state, and two threads parsing at once (the scorer lints candidates in its
-    worker threads) fail with ``SystemError: AST constructor recursion depth mismatch``."""
-    with _PARSE_LOCK:
-        return ast.parse(source)
+    """``ast.parse`` under the process-wide parse lock (``taskforge.repo.canaries.parse_source``)."""
+    return parse_source(source)
 
 
 def _doctest_source(docstring: str) -> list[str]:

@@ -34,10 +34,10 @@ them:
 Each attack is tried alone on one task of each project, and (where a harness without the defence
 would pay 1.0: every attack that leaves the feature's code alone) on top of the gold patch too.
 
-The defences of issue 18 (canaries, outcomes streamed out of the interpreter, collected test code
-checked against the trusted files, import and audit hook detection) are being built. An attack
-that gets through today is marked ``xfail(strict=True)`` with what it scored, so this suite stays
-green now and fails, asking for the mark to go, the moment a defence catches it.
+Before the defences of issue 18 (canaries, outcomes streamed out of the interpreter, collected test
+code checked against the trusted files, import and audit hook detection), 33 of the 35 paid
+(``BEFORE_THE_DEFENCES``); now none does. An attack that got through would be marked
+``xfail(strict=True)`` in ``GETS_THROUGH`` with what it scored.
 """
 
 from __future__ import annotations
@@ -1278,7 +1278,7 @@ CATALOGUE: list[Attack] = [
 
 
 _EVERYWHERE = "1.0 on addict, cachetools and iniconfig"
-GETS_THROUGH: dict[str, str] = {
+BEFORE_THE_DEFENCES: dict[str, str] = {
     "meta_path_finder": _EVERYWHERE,
     "path_hook_loader": _EVERYWHERE,
     "audit_hook_edits_compiled_tree": _EVERYWHERE,
@@ -1313,8 +1313,14 @@ GETS_THROUGH: dict[str, str] = {
     "answer_from_caller_bytecode": "1.0 on iniconfig (IniConfig.get)",
     "calling_testcase_silenced": "1.0 on addict and cachetools",
 }
-"""The attacks that score above 0 against the scorer as it stands, with where (from a run of this
-file): each is an expected failure until a defence of issue 18 catches it, and then its mark must go."""
+"""What the attacks scored before issue 18's defences (canaries, the outcome stream, the collected
+tests held to their files), with where, from a run of this file at ee59252: 33 of the 35 paid on
+at least one project. Today every one scores 0 (the canary, the stream's cross-checks or the
+guard catch it), on every project, alone and on top of gold."""
+
+GETS_THROUGH: dict[str, str] = {}
+"""Attacks that score above 0 against the scorer as it stands (an expected failure each, until a
+defence catches it): none."""
 
 
 def _cases() -> list[object]:

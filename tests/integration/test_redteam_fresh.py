@@ -675,7 +675,7 @@ def _params() -> list[object]:
 
 @pytest.mark.parametrize("name", _params())
 def test_attack_scores_zero_on_each_project(name: str, contexts, scorer) -> None:  # type: ignore[no-untyped-def]
-    """The attack scores 0 on at least one task of each project it applies to."""
+    """The attack scores 0 on every task it applies to."""
     attack = ATTACKS[name]
     items, owners = [], []
     for project, tasks in contexts.items():
@@ -685,9 +685,7 @@ def test_attack_scores_zero_on_each_project(name: str, contexts, scorer) -> None
                 owners.append(project)
     assert items, f"{name} applies to no mined task"
     results = scorer.score_many(items, mode=attack.mode)
-    best: dict[str, float] = {}
     for project, result in zip(owners, results, strict=True):
-        best[project] = min(best.get(project, 1.0), result.reward)
-    paid = {project: reward for project, reward in best.items() if reward > 0}
-    assert not paid, f"{name} earned on every task of {sorted(paid)}: " + "; ".join(
-        f"{r.instance_id} {r.status} {r.reward:.3f}" for r in results)
+        print(f"{name}: {project} {result.instance_id}: {result.reward:.3f} {result.status} {result.detail[:120]!r}")
+    paid = [r for r in results if r.reward > 0]
+    assert not paid, f"{name} earned: " + "; ".join(f"{r.instance_id} {r.status} {r.reward:.3f}" for r in paid)

@@ -59,8 +59,7 @@ def test_a_canary_that_passes_is_tampering(tasks, scorer) -> None:  # type: igno
     it, as every forged pass would. The scoring is ``tampered`` and names the canary."""
     task = next(t for t in tasks if any(tw.kind == "value" for tw in task_canaries(t)))
     twins = task_canaries(task)
-    honest = [Twin(test=t.test, file=t.file, classes=t.classes, name=t.name, kind=t.kind,
-                   source=_original_function(task, t)) for t in twins]
+    honest = [replace(t, source=_original_function(task, t)) for t in twins]
     validation = {**json.loads(task.validation), "canaries": [t.to_json() for t in honest]}
     forged = replace(task, validation=json.dumps(validation))
     result = scorer.score(forged, task.patch)
