@@ -606,17 +606,18 @@ mined here (iniconfig IniConfig.parse body and symbol, addict Dict.update and Di
 cachetools run of this session's miner yielded no task: 40 of 40 candidates rejected)."""
 
 AFTER_GETS_THROUGH: dict[str, str] = {
-    "static_twin_detector": "1.0 (ok) on iniconfig body, iniconfig symbol, addict update, addict __add__",
-    "runtest_upstream_fingerprint": "1.0 (ok) on addict update and __add__ (0 on iniconfig: installed late)",
-    "provenance_oracle": "1.0 (ok) on iniconfig body and symbol",
-    "fd_mitm_select_order": "partial 0.4, 0.4 (iniconfig), 0.692 (addict update), 0.5 (addict __add__), ok",
-    "phases_untwinned": "partial 0.385 (ok) on addict update",
-    "report_scrub_thread": "partial 0.385 (ok) on addict update",
-    "report_redirect": "partial 0.385 (ok) on addict update",
+    "static_twin_detector": "1.0 (ok) on addict Dict.__add__, whose twins are one plain twin (the test, then a "
+                            "raise) and one value twin the detector reads from their text; 0 (tampered) on the "
+                            "other four tasks",
 }
-"""The attacks that still earn a reward on the current scorer (main at fc4157e), with what they
-scored. Caught now: fake_origin_forced_pass, emit_swap_signature and answer_oracle (tampered:
-a canary passed)."""
+"""The attacks that still earn a reward on the current scorer (main after the red team's report),
+with what they scored, each an expected failure until the design catches it. The red team's
+first measurement (main at fc4157e) had seven through: static_twin_detector,
+runtest_upstream_fingerprint, provenance_oracle, fd_mitm_select_order, phases_untwinned,
+report_scrub_thread and report_redirect. The fixes: both runs of a scoring alike (the
+selection order told the runs apart), every test function twinned and partial credit only for
+covered tests, the guard's record sent through the stream (a scrubbed or missing report no longer
+hides its findings), an instance ``runtest`` flagged, value twins from the test's own data."""
 
 
 # -- fixtures ---------------------------------------------------------------------------------------
