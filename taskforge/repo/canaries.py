@@ -78,8 +78,9 @@ class Twin:
     name: str
     """The function's name; the twin's ``source`` defines it under this name too."""
     kind: str
-    """``value`` (an expected value altered), ``negated`` (the last check negated) or ``plain`` (for
-    a test with neither: the test as written, then a failure)."""
+    """``value`` (an expected value altered), ``input`` (an input value altered, the checks kept: for
+    a test whose checks hold no value), ``negated`` (the last check negated) or ``plain`` (the test
+    as written, then a failure: the last resort)."""
     source: str
     """The twin's lines, decorators included, indented as the original's."""
 
@@ -370,7 +371,29 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
         made = twin("negated", negated)
         if made.source not in seen:
             twins.append(made)
-    if not twins:  # no check to alter or negate: the test as written, then a failure
+    # Different input data, same checks: for a test whose checks hold no value to alter (a
+    # ``pytest.raises`` block, a truth check), calibration keeps the ones gold then fails.
+    checked_sites = {id(site) for site in _value_sites(function)}
+    inputs = [leaf for node in ast.walk(function) if isinstance(node, ast.expr) and _literal(node) is not _NOT_LITERAL
+              and not isinstance(node, ast.List | ast.Tuple | ast.Dict) for leaf in _leaves(node)
+              if id(leaf) not in checked_sites and not isinstance(_literal(leaf), bool)]
+    inputs = [leaf for leaf in inputs if leaf.lineno > function.lineno]  # not the decorators
+    made_inputs = 0
+    for site in sorted(inputs, key=lambda n: (n.lineno, n.col_offset), reverse=True):
+        if made_inputs >= _VALUE_TWINS_PER_TEST or any(t.kind == "value" for t in twins):
+            break
+        value = _literal(site)
+        changed = _other(value, local, rng)
+        if changed is _NOT_LITERAL or changed == value or not _in(changed, local):
+            changed = _other(value, vocabulary, rng)
+        if changed is _NOT_LITERAL or changed == value:
+            continue
+        made = twin("input", _edit(all_lines, site, _spell(changed, _segment(all_lines, site))))
+        if made.source not in seen:
+            seen.add(made.source)
+            twins.append(made)
+            made_inputs += 1
+    if not any(t.kind in ("value", "negated") for t in twins):  # the test as written, then a failure
         indent = all_lines[function.body[0].lineno - 1][: function.body[0].col_offset]
         words = [w for w in vocabulary.get(str, []) if w.isidentifier()] or ["mismatch"]
         failing = f"{indent}raise AssertionError({rng.choice(words)!r})"

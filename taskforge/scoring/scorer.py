@@ -635,8 +635,10 @@ def _plan(task: Task, changes: Mapping[str, bytes | None], selected: list[str]) 
         return [_Part(changes=changes, select=selected, canaries=frozenset())]
     rng = random.SystemRandom()
     chosen: dict[str, Twin] = {}
-    # A value twin where a test has one: it catches an answer read from the test too.
-    for twin in sorted(rng.sample(twins, len(twins)), key=lambda t: t.kind != "value"):
+    # The twin that reads most like a test: a value twin where a test has one (it catches an
+    # answer read from the test too), then an input twin, then a negated one, then a plain one.
+    rank = {"value": 0, "input": 1, "negated": 2, "plain": 3}
+    for twin in sorted(rng.sample(twins, len(twins)), key=lambda t: rank.get(t.kind, 4)):
         chosen.setdefault(twin.test, twin)
     order = list(chosen)
     rng.shuffle(order)
