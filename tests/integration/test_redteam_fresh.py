@@ -38,7 +38,7 @@ from taskforge.task import Task
 sys.path.insert(0, str(Path(__file__).parent))
 from hacks import Ctx, context_of  # noqa: E402
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]  # mines its own three projects: about 8 minutes
 
 PROJECTS = ("pypi:iniconfig==2.3.1", "pypi:addict==2.4.0", "pypi:cachetools==8.0.2")
 
