@@ -1,6 +1,6 @@
 """Canaries and the supervised verdict on tasks mined from projects nothing was tuned on.
 
-    python3 -m tests.benchmarks.canaries_heldout [--tasks datasets/heldout] [--per-repo 2] [--json OUT]
+    python3 -m tests.benchmarks.canaries_heldout [--tasks datasets/heldout] [--per-repo 2] [--repos a,b] [--json OUT]
 
 For up to ``--per-repo`` tasks of each repository (in the order mining wrote them): the scorer
 calibrates the task's canaries (``Scorer.calibrate``, as mining's gate does for every new task),
@@ -21,6 +21,7 @@ from pathlib import Path
 from taskforge.datasets import read_tasks
 from taskforge.sandbox import SandboxLimits, open_backend
 from taskforge.scoring.scorer import Scorer, task_canaries
+from tests.benchmarks.bench_score import _on_this_engine
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,15 +30,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=Path, default=_REPO_ROOT / "datasets" / "heldout")
     parser.add_argument("--per-repo", type=int, default=2)
+    parser.add_argument("--repos", default="", help="comma-separated repository names (default: all)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     by_repo: dict[str, list] = {}
     for task in read_tasks(args.tasks):
         by_repo.setdefault(task.repo, []).append(task)
-    tasks = [t for group in by_repo.values() for t in group[: args.per_repo]]
+    wanted = {r for r in args.repos.split(",") if r}
+    tasks = [t for repo, group in by_repo.items() if not wanted or repo in wanted for t in group[: args.per_repo]]
+    backend = open_backend("docker")
+    tasks = _on_this_engine(tasks, backend)  # environments a dataset from another machine names are built here
     rows = []
     began = time.monotonic()
-    with Scorer(backend=open_backend("docker"), limits=SandboxLimits.load(), timeout_s=600, concurrency=2) as scorer:
+    with Scorer(backend=backend, limits=SandboxLimits.load(), timeout_s=600, concurrency=2) as scorer:
         calibrated = [scorer.calibrate(task) for task in tasks]
         work = [(t, t.patch, f"gold-{n}") for t in calibrated for n in range(2)] + [(t, "", "empty") for t in calibrated]
         results = scorer.score_many(work)
