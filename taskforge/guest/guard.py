@@ -223,6 +223,24 @@ def _trusted_code(path: str, data: bytes, rewritten: bool, config: pytest.Config
     return _code_objects(code, {})
 
 
+_WRITABLE = ("/workspace/", "/tmp/", "/dev/", "/proc/", "/var/tmp/", "/run/")
+
+
+def _read_only(path: str) -> bool:
+    """A file of the image itself (a library's test machinery: hypothesis's stateful ``runTest``),
+    which nothing in the sandbox can write: a test may run code from it, held to it as to a test file."""
+    return os.path.isabs(path) and not path.startswith(_WRITABLE) and os.path.isfile(path)
+
+
+def _wrapped(function: Any) -> Any:
+    """What a decorator's wrapper runs: ``__wrapped__`` (functools.wraps, mock.patch), or the inner
+    test of a hypothesis ``@given`` (whose wrapper borrows the test's file and line)."""
+    inner = getattr(function, "__wrapped__", None)
+    if inner is None:
+        inner = getattr(getattr(function, "hypothesis", None), "inner_test", None)
+    return inner
+
+
 _collected: dict[str, tuple[Any, Any]] = {}
 
 
@@ -241,14 +259,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if (path, rewritten) in compiled:
             return compiled[(path, rewritten)]
         compiled[(path, rewritten)] = None
-        if path not in _tests or path in changed:
+        if path in changed or (path not in _tests and not _read_only(path)):
             return None
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except OSError:
             data = b""
-        if hashlib.sha256(data).hexdigest() != _tests[path]:
+        if path in _tests and hashlib.sha256(data).hexdigest() != _tests[path]:
             guard.note(f"test file {path} changed at run time")
             changed.add(path)
             return None
@@ -286,11 +304,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         # wrapper, which runs the test: the test's own code is the one held to its file. A
         # wrapper from the candidate's files is not a library's.
         inner, seen = function, 0
-        while not matches(inner) and hasattr(inner, "__wrapped__") and seen < 16:
+        while not matches(inner) and _wrapped(inner) is not None and seen < 16:
             wrapper_file = getattr(getattr(inner, "__code__", None), "co_filename", "")
             if wrapper_file in _candidate or os.path.realpath(wrapper_file) in _candidate:
                 break
-            inner, seen = getattr(inner, "__wrapped__"), seen + 1
+            inner, seen = _wrapped(inner), seen + 1
             inner = getattr(inner, "__func__", inner)
         if not matches(inner):
             where = getattr(getattr(inner, "__code__", None), "co_filename", "?")
