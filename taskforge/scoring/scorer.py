@@ -95,6 +95,9 @@ _GUARD_PROPERTY = "taskforge.guard"
 _TAMPERED_PROPERTY = "taskforge.tampered"
 _MAX_PATCH_BYTES = 8 * 1024 * 1024
 _MAX_GUARDED_FILES = 400
+_MAX_RERUN = 10
+"""At most this many PASS_TO_PASS tests that failed beside an otherwise clean scoring are run again
+(a test that depends on timing fails under load; a candidate that breaks more is not retried)."""
 _FACTS_SCRIPT = r"""
 import importlib.metadata as m, json, re
 plugins = sorted({ep.module for ep in m.entry_points(group="pytest11")})
@@ -382,6 +385,8 @@ class Scorer:
                     futures = [split.submit(self._run, task, state, part.changes, prepared.kept, part.select)
                                for part in plan]
                     runs = [future.result() for future in futures]
+            pairs = list(zip(plan, runs, strict=True))
+            rerun = self._rerun_failed(task, state, prepared, pairs) if tests == "all" else None
         except TestRunError as err:  # the report does not carry this run's nonce
             result.status, result.detail = "tampered", f"{err}"
             result.tampering.append(f"report: {err}")
@@ -391,7 +396,37 @@ class Scorer:
             return
         finally:
             result.test_s = time.monotonic() - testing
-        self._judge(task, list(zip(plan, runs, strict=True)), result, tests)
+        self._judge(task, pairs, result, tests, rerun=rerun)
+
+    def _rerun_failed(self, task: Task, state: _TaskState, prepared: _Prepared,
+                      pairs: list[tuple[_Part, RunResult]]) -> tuple[_Part, RunResult] | None:
+        """A second run, alone in a fresh container, of the few PASS_TO_PASS tests that failed in a
+        scoring that is otherwise clean (no timeout, nothing that looks like tampering, every
+        FAIL_TO_PASS test passed as itself): a test that depends on timing can fail when the machine
+        is loaded. None when there is nothing to run again.
+
+        This gives a forger nothing: the rerun has the guard, the outcome stream and the exit
+        checks, and it only happens after both runs with canaries came out clean, when the
+        candidate's FAIL_TO_PASS tests already passed."""
+        if any(run.status == "timeout" for _, run in pairs):
+            return None
+        fail_to_pass = set(task.FAIL_TO_PASS)
+        failed: set[str] = set()
+        for part, run in pairs:
+            verdict = judge_run(run, part.select, canaries=part.canaries)
+            if verdict.tampering:
+                return None
+            for test, outcome in verdict.outcomes.items():
+                if test in part.canaries or outcome == "passed":
+                    continue
+                if test in fail_to_pass:
+                    return None
+                failed.add(test)
+        if not failed or len(failed) > _MAX_RERUN:
+            return None
+        select = sorted(failed)
+        part = _Part(changes=prepared.changes, select=select, canaries=frozenset())
+        return part, self._run(task, state, prepared.changes, prepared.kept, select)
 
     def _state(self, task: Task) -> _TaskState:
         key = f"{task.instance_id}@{task.base_commit}"
@@ -504,7 +539,8 @@ class Scorer:
                 supervised=True,
             )
 
-    def _judge(self, task: Task, runs: list[tuple[_Part, RunResult]], result: RewardResult, tests: str) -> None:
+    def _judge(self, task: Task, runs: list[tuple[_Part, RunResult]], result: RewardResult, tests: str,
+               rerun: tuple[_Part, RunResult] | None = None) -> None:
         if any(run.status == "timeout" for _, run in runs):
             result.status, result.detail = "timeout", f"the tests ran past {self.timeout_s:g} s"
             result.fail_to_pass = dict.fromkeys(task.FAIL_TO_PASS, "timeout")
@@ -522,6 +558,14 @@ class Scorer:
             tampering += verdict.tampering
             if not verdict.exit_ok:
                 exits.append(f"pytest exited {run.exit_code}")
+        flaky: list[str] = []
+        if rerun is not None and rerun[1].status != "timeout":
+            again = judge_run(rerun[1], rerun[0].select)
+            tampering += again.tampering
+            if not again.exit_ok:
+                exits.append(f"pytest exited {rerun[1].exit_code} on the rerun")
+            flaky = [t for t, o in again.outcomes.items() if o == "passed" and outcomes.get(t) != "passed"]
+            outcomes.update(dict.fromkeys(flaky, "passed"))
         result.fail_to_pass = {t: outcomes.get(t, "missing") for t in task.FAIL_TO_PASS}
         if tests == "all":
             result.pass_to_pass = {t: outcomes.get(t, "missing") for t in task.PASS_TO_PASS}
@@ -529,6 +573,9 @@ class Scorer:
             result.tampering += tampering
             result.status, result.detail = "tampered", tampering[0]
             return
+        if flaky:
+            result.detail = (f"{len(flaky)} PASS_TO_PASS test(s) failed, then passed alone in a fresh container "
+                             f"(timing or load; first: {flaky[0]})")
         hit = sorted({limit for _, run in runs for limit in run.limits_hit})
         if hit:
             result.detail = f"the run hit the sandbox's {', '.join(hit)} limit"

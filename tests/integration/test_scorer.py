@@ -443,3 +443,36 @@ def test_one_broken_scoring_does_not_end_a_batch(tasks, scorer) -> None:  # type
     results = scorer.score_many([(broken, "", "empty"), (tasks[1], tasks[1].patch, "gold")])
     assert results[0].status == "infra_error" and "JSONDecodeError" in results[0].detail, results[0].detail
     assert (results[1].status, results[1].reward) == ("ok", 1.0)
+
+
+def _with_extra_test(task: Task, suffix: str, body: str) -> tuple[Task, str]:
+    """``task`` with one more hidden test file beside its tests, whose single test is PASS_TO_PASS."""
+    from dataclasses import replace
+
+    folder = task.FAIL_TO_PASS[0].split("::", 1)[0].rpartition("/")[0]
+    rel = f"{folder}/test_zz_{suffix}.py" if folder else f"test_zz_{suffix}.py"
+    lines = body.splitlines()
+    added = "".join(f"+{line}\n" for line in lines)
+    patch = (f"diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n+++ b/{rel}\n"
+             f"@@ -0,0 +1,{len(lines)} @@\n{added}")
+    nodeid = f"{rel}::test_{suffix}"
+    return replace(task, instance_id=f"{task.instance_id}-{suffix}", test_patch=task.test_patch + patch,
+                   PASS_TO_PASS=[*task.PASS_TO_PASS, nodeid]), nodeid
+
+
+def test_a_pass_to_pass_test_that_fails_under_load_is_run_again_alone(contexts, scorer) -> None:  # type: ignore[no-untyped-def]
+    """A PASS_TO_PASS test that fails beside the others but passes alone (as a timing test does on a
+    loaded machine) does not cost a correct candidate its reward: it runs again, alone, in a fresh
+    container. One that fails alone too still does."""
+    task = contexts["iniconfig"].task
+    crowd, crowd_id = _with_extra_test(task, "crowd", "def test_crowd(request):\n"
+                                       "    assert len(request.session.items) <= 2, 'too slow beside the others'\n")
+    result = scorer.score(crowd, crowd.patch)
+    assert (result.reward, result.status) == (1.0, "ok"), (result.detail, result.tampering)
+    assert result.pass_to_pass[crowd_id] == "passed"
+    assert "passed alone in a fresh container" in result.detail and crowd_id in result.detail
+    broken, broken_id = _with_extra_test(task, "broken", "def test_broken():\n    assert False, 'broken'\n")
+    result = scorer.score(broken, broken.patch)
+    assert (result.reward, result.status) == (0.0, "ok"), (result.detail, result.tampering)
+    assert result.pass_to_pass[broken_id] == "failed" and "passed alone" not in result.detail
+    assert all(o == "passed" for o in result.fail_to_pass.values())
