@@ -31,6 +31,7 @@ class ProjectRow:
     tests: int = 0
     passing: int = 0
     seed_dependent: int = 0
+    load_sensitive: int = 0
     candidates: int = 0
     attempted: int = 0
     tasks: int = 0
@@ -93,6 +94,7 @@ def build_report(
     for repository in summary.get("repositories", []):
         row = ProjectRow(source=repository["source"], baseline=True, tests=repository.get("tests", 0),
                          passing=repository.get("passing", 0), seed_dependent=repository.get("seed_dependent", 0),
+                         load_sensitive=repository.get("load_sensitive", 0),
                          candidates=repository["candidates"], attempted=repository["attempted"],
                          tasks=repository["tasks"], rejections=dict(repository.get("rejections", {})))
         row.valid = sum(1 for i, c in checks.items() if source_of.get(i) == row.source and c.get("ok"))
@@ -149,14 +151,14 @@ def render_report(report: YieldReport, *, title: str = "Corpus yield report", pr
             f"- scoring run {number}: gold 1.0 on {scoring['gold_as_wanted']} of {scoring['gold']}, empty 0.0 on "
             f"{scoring['empty_as_wanted']} of {scoring['empty']}; expected tests `missing` in gold runs: "
             f"{scoring['gold_missing']}; tasks not scored: {scoring['tasks_unscored']}")
-    lines += ["", "| project | baseline | tests | passing | seed-dep. | candidates | attempted | tasks | valid | "
+    lines += ["", "| project | baseline | tests | passing | seed-dep. | load-sens. | candidates | attempted | tasks | valid | "
               "rejections by reason | cause (below target) |",
-              "|---|---|--:|--:|--:|--:|--:|--:|--:|---|---|"]
+              "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|"]
     for row in report.rows:
         rejections = ", ".join(f"{k} {v}" for k, v in sorted(row.rejections.items(), key=lambda kv: -kv[1]))
         cause = row.cause.replace("|", "\\|").replace("\n", " ")[:240]
         valid = str(row.valid) if report.validated is not None else "-"
         lines.append(f"| {row.source.removeprefix('pypi:')} | {'yes' if row.baseline else 'no'} | {row.tests} | "
-                     f"{row.passing} | {row.seed_dependent} | {row.candidates} | {row.attempted} | {row.tasks} | "
+                     f"{row.passing} | {row.seed_dependent} | {row.load_sensitive} | {row.candidates} | {row.attempted} | {row.tasks} | "
                      f"{valid} | {rejections or '-'} | {cause or '-'} |")
     return "\n".join(lines) + "\n"

@@ -232,16 +232,26 @@ def _run(request, nonce, imports):  # type: ignore[no-untyped-def]
     elif request.get("pytest", True):
         interpreter = "new"
     if request.get("pytest", True) and returncode is None:
-        with open(OUTPUT, "wb") as out:
-            returncode = subprocess.run(
-                [sys.executable, *request.get("python_args", []), "-m", "pytest", *args],
-                cwd=WORKSPACE,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                pass_fds=_outcome_fds(),
-            ).returncode
+        # Busy processes beside pytest, in the sandbox's CPU quota: a test that depends on timing
+        # shows it here rather than later on a loaded scoring machine.
+        burners = [subprocess.Popen([sys.executable, "-S", "-c", "while True: pass"], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   for _ in range(int(request.get("contend") or 0))]
+        try:
+            with open(OUTPUT, "wb") as out:
+                returncode = subprocess.run(
+                    [sys.executable, *request.get("python_args", []), "-m", "pytest", *args],
+                    cwd=WORKSPACE,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=_outcome_fds(),
+                ).returncode
+        finally:
+            for burner in burners:
+                burner.kill()
+                burner.wait()
     after = _limit_counters()
     with open(OUTPUT, "rb") as f:
         f.seek(max(0, os.path.getsize(OUTPUT) - 8192))

@@ -1,5 +1,6 @@
 """The baseline: the unmodified suite in new interpreters under different hash seeds, then once in the
-fork server; the stable passing tests, and the tests that depend on the seed."""
+fork server, then once beside busy processes; the stable passing tests, and the tests that depend
+on the seed or on timing."""
 
 from __future__ import annotations
 
@@ -29,9 +30,15 @@ class Baseline:
     seed_dependent: tuple[str, ...] = ()
     """Tests whose node id or outcome differed between runs under different hash seeds: in
     neither FAIL_TO_PASS nor PASS_TO_PASS."""
+    load_sensitive: tuple[str, ...] = ()
+    """Tests whose outcome changed in a run beside busy processes (timing tests): in neither list."""
     fork_server: str = ""
     """Whether the repository's later runs fork from a server: ``used``, ``not used: WHY``, or
     ``fallback: WHY`` (its run disagreed with the new interpreters')."""
+
+
+_BUSY = 2
+"""Busy processes beside the baseline's load check (with the sandbox's one CPU, pytest gets a third)."""
 
 
 def hash_seeds(count: int) -> list[int]:
@@ -102,6 +109,16 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
             fork_server = f"not used: {forked.interpreter}"
             fresh.append(forked)
         agreed = agreed_outcomes(fresh)
+    # One more new interpreter, with busy processes beside it in the sandbox's CPU quota: a test
+    # whose outcome depends on timing (a "linear time" check) passes on a quiet machine and fails
+    # on a loaded scoring host.
+    contended = runner.run(env={"PYTHONHASHSEED": str(hash_seeds(1)[0])}, fork_server=False, contend=_BUSY)
+    result.runs += 1
+    load_sensitive: set[str] = set()
+    if contended.status in ("ok", "tests_failed"):
+        moved = {test_function(t) for t, outcome in agreed.items()
+                 if t not in contended.results or contended.results[t].outcome != outcome}
+        load_sensitive = {t for t in agreed if test_function(t) in moved}
     seen = set().union(*(run.results for run in fresh))
     # The parametrizations of one test function come from one parametrize call: if some of their
     # ids differ between seeds, the others only matched by chance (a set's order kept one element
@@ -114,11 +131,13 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
                  if is_ambiguous_doctest_id(t, test_module=bool(layout.test_modules([t.split("::", 1)[0]])))}
     return Baseline(
         passing=tuple(t for t in first.results
-                      if agreed.get(t) == "passed" and t not in seed_dependent and t not in ambiguous),
+                      if agreed.get(t) == "passed" and t not in seed_dependent and t not in ambiguous
+                      and t not in load_sensitive),
         tests=tuple(first.results),
         coverage=first.coverage or {},
         importable=tuple(m for m in sorted(index.modules) if m not in first.import_errors),
         seed_dependent=tuple(sorted(seed_dependent)),
+        load_sensitive=tuple(sorted(load_sensitive - seed_dependent)),
         fork_server=fork_server,
     )
 

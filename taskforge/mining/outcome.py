@@ -35,6 +35,8 @@ class RepoResult:
     """Tests that passed in every baseline run."""
     seed_dependent: int = 0
     """Tests whose id or outcome differed between baseline runs under different hash seeds."""
+    load_sensitive: int = 0
+    """Tests whose outcome changed when the baseline ran beside busy processes (timing tests)."""
     fork_server: str = ""
     """Whether validation runs forked from a server (``used``), and why not otherwise."""
 

@@ -122,6 +122,7 @@ def _mine_repository(
             baseline = run_baseline(runner, index, config.baseline_runs, result, layout)
         result.tests, result.passing = len(baseline.tests), len(baseline.passing)
         result.seed_dependent = len(baseline.seed_dependent)
+        result.load_sensitive = len(baseline.load_sensitive)
         result.fork_server = baseline.fork_server
         with stage("discover"):
             candidates = find_candidates(

@@ -388,6 +388,7 @@ class SuiteRunner:
         python_args: Sequence[str] = (),
         fork_server: bool | None = None,
         supervised: bool = False,
+        contend: int = 0,
     ) -> RunResult:
         """Run pytest on the snapshot with ``changes`` (path → new text, None = deleted) applied.
 
@@ -399,11 +400,12 @@ class SuiteRunner:
         for this run (False: a new interpreter, as every fresh container has). ``supervised`` runs
         the driver under the scoring supervisor (a container started with
         ``SandboxLimits.supervisor``): ``RunResult.stream`` then holds the outcomes as they left
-        the test process.
+        the test process. ``contend`` busy processes run beside pytest in the sandbox's CPU quota
+        (a new interpreter's run only): a test that depends on timing shows it.
         """
         return self.run_repeated(changes=changes, select=select, coverage=coverage, imports=imports,
                                  extra_args=extra_args, pytest=pytest, env=env, python_args=python_args, repeats=1,
-                                 fork_server=fork_server, supervised=supervised)[0]
+                                 fork_server=fork_server, supervised=supervised, contend=contend)[0]
 
     def run_repeated(
         self,
@@ -420,6 +422,7 @@ class SuiteRunner:
         fork_server: bool | None = None,
         layout: bool = False,
         supervised: bool = False,
+        contend: int = 0,
     ) -> list[RunResult]:
         """:meth:`run`, ``repeats`` times in one exec: each repeat starts from a fresh reset of the
         same state, after every process of the one before was killed. ``imports`` are checked
@@ -441,8 +444,9 @@ class SuiteRunner:
             "imports": list(imports),
             "pytest": pytest,
             "bytecode_cache": self.bytecode_cache,
-            "fork_server": self.fork_server if fork_server is None else fork_server,
+            "fork_server": (self.fork_server if fork_server is None else fork_server) and not contend,
             "layout": layout,
+            "contend": contend,
         }
         # One line of JSON, then the tar: a long selection does not fit in one argv entry.
         payload = json.dumps(request).encode() + b"\n" + _tar(text_changes)
@@ -454,7 +458,7 @@ class SuiteRunner:
             command = ["python", f"{_TOOL_DIR}/driver.py"]
         result = box.exec(
             command,
-            timeout_s=self.timeout_s * repeats,
+            timeout_s=self.timeout_s * repeats * (1 + contend),  # busy neighbours slow it
             workdir=WORKSPACE,
             stdin=payload,
             output_limit=_REPLY_LIMIT * repeats,

@@ -4,7 +4,7 @@ fresh processes, then validating and scoring what it wrote, as a user's harness 
 ``hazard``: test modules named by ``python_files`` inside the package, ``--doctest-modules`` with
 doctests in the modules tasks remove code from, warnings as errors with a pytest plugin installed
 (the fork server cannot serve it), tests parametrized over a set (seed-dependent ids) and one whose
-outcome depends on a set's order, ids with ``.py`` and spaces, and hidden tests that implement a
+outcome depends on a set's order, a test that depends on timing, ids with ``.py`` and spaces, and hidden tests that implement a
 pytest hook whose signature pytest's hookspec also has. ``onefile``: one top-level module.
 """
 
@@ -57,6 +57,14 @@ def test_seed_dependent_tests_are_left_out_and_counted(hazard) -> None:  # type:
     for task in tasks:
         for nodeid in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS):
             assert "test_title_words_unordered" not in nodeid and "test_first_word_is_the_smallest" not in nodeid
+
+
+def test_timing_tests_are_left_out_and_counted(hazard) -> None:  # type: ignore[no-untyped-def]
+    """The baseline's run beside busy processes finds the test that depends on timing."""
+    out, summary = hazard
+    assert summary["load_sensitive"] >= 1, summary
+    for task in read_tasks(out):
+        assert not any("test_count_vowels_keeps_pace" in t for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS))
 
 
 def test_the_fork_server_falls_back_when_it_breaks_the_suite(hazard) -> None:  # type: ignore[no-untyped-def]
