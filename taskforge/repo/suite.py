@@ -337,6 +337,12 @@ class SuiteRunner:
             self._box.close()
             self._box = None
 
+    def release(self) -> Sandbox | None:
+        """The container this runner holds, which the caller now owns (to close it): the runner
+        forgets it, and a later run would start a new one."""
+        box, self._box = self._box, None
+        return box
+
     def sandbox(self) -> Sandbox:
         """The warm container (started if need be); its image folders are as in a fresh one."""
         return self._sandbox()
@@ -352,17 +358,13 @@ class SuiteRunner:
             self._box = box
         self._fresh = False
         self.containers_started += 1
-        box.put_tree(self.snapshot.path, WORKSPACE)
-        tools = _TOOL_DIR.removeprefix("/tmp/")
-        box.put_files(
-            {
-                f"{tools}/plugin/{PLUGIN_MODULE}.py": plugin_source().encode(),
-                f"{tools}/driver.py": _DRIVER_SOURCE.read_bytes(),
-                f"{tools}/supervisor.py": _SUPERVISOR_SOURCE.read_bytes(),
-                **{f"{tools}/plugin/{name}": content for name, content in self._tool_files.items()},
-            },
-            "/tmp",
-        )
+        # The tree and the tools in one copy: each exec costs a round trip to the engine.
+        box.put_tree(self.snapshot.path, WORKSPACE, also={
+            f"{_TOOL_DIR}/plugin/{PLUGIN_MODULE}.py": plugin_source().encode(),
+            f"{_TOOL_DIR}/driver.py": _DRIVER_SOURCE.read_bytes(),
+            f"{_TOOL_DIR}/supervisor.py": _SUPERVISOR_SOURCE.read_bytes(),
+            **{f"{_TOOL_DIR}/plugin/{name}": content for name, content in self._tool_files.items()},
+        })
         return box
 
     def layout(self) -> TestLayout:

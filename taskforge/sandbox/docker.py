@@ -392,13 +392,25 @@ class DockerSandbox:
 
     # -- files --------------------------------------------------------------------------------
 
-    def put_tree(self, src: Path, dest: str, *, exclude: Sequence[str] = ()) -> None:
-        """Copy the directory ``src`` into ``dest`` (which must exist); ``exclude`` holds name globs."""
+    def put_tree(self, src: Path, dest: str, *, exclude: Sequence[str] = (),
+                 also: Mapping[str, bytes] | None = None) -> None:
+        """Copy the directory ``src`` into ``dest`` (which must exist); ``exclude`` holds name globs.
+        ``also`` (absolute path in the sandbox -> content) is written in the same copy: one exec."""
         buffer = io.BytesIO()
+        root = dest.strip("/")
         with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for path in sorted(_walk(src, exclude)):
-                tar.add(path, arcname=path.relative_to(src).as_posix(), recursive=False)
-        self._untar(buffer.getvalue(), dest)
+                rel = path.relative_to(src).as_posix()
+                tar.add(path, arcname=f"{root}/{rel}" if root else rel, recursive=False)
+            for target, content in (also or {}).items():
+                if not target.startswith("/"):
+                    raise ValueError(f"put_tree writes also= files by absolute path, got {target!r}")
+                info = tarfile.TarInfo(target.lstrip("/"))
+                info.size = len(content)
+                info.mode = 0o644
+                info.mtime = int(time.time())
+                tar.addfile(info, io.BytesIO(content))
+        self._untar(buffer.getvalue(), "/")
 
     def put_files(self, files: Mapping[str, bytes], dest: str) -> None:
         """Write ``files`` (relative path → content) under ``dest``."""

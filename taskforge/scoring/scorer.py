@@ -37,6 +37,7 @@ import io
 import json
 import queue
 import random
+import shutil
 import tempfile
 import threading
 import time
@@ -129,6 +130,13 @@ class _ImageFacts:
     config_files: frozenset[str]
 
 
+def _close_quietly(box: Sandbox) -> None:
+    try:
+        box.close()
+    except TaskforgeError:
+        pass  # the engine lost it already; the container leak checks see what is left
+
+
 class ContainerPool:
     """Pre-started sandboxes, each handed out once and then destroyed by its user.
 
@@ -204,6 +212,14 @@ class ContainerPool:
                 candidate.close()
         self._refill(image)
         return box if box is not None else self._start(image)
+
+    def discard(self, box: Sandbox) -> None:
+        """Destroy a container its user is done with, in the background: the verdict need not
+        wait for the engine to remove it (``close`` waits for every one)."""
+        try:
+            self._filler.submit(_close_quietly, box)
+        except RuntimeError:  # the pool is closed: no background left
+            _close_quietly(box)
 
     def close(self) -> None:
         with self._lock:
@@ -437,6 +453,8 @@ class Scorer:
         with lock:
             if key not in self._states:
                 dest = Path(self._work.name) / hashlib.sha256(key.encode()).hexdigest()[:16]
+                if dest.exists():  # left by an attempt that failed (a broken row): start again
+                    shutil.rmtree(dest)
                 start = rebuild_start_state(task, dest)
                 hidden = apply_patch(start.path, {}, task.test_patch)
                 state = _TaskState(
@@ -522,7 +540,7 @@ class Scorer:
         runner = SuiteRunner(state.start, state.env, backend=self.backend, limits=self.limits, timeout_s=self.timeout_s,
                              sandbox=box, tool_files={f"{GUARD_MODULE}.py": _GUARD_SOURCE.read_bytes()},
                              bytecode_cache=False)  # one run per container: the image's bytecode is what is fast
-        with runner:  # closing it destroys the container: one scoring each
+        try:  # one scoring each: the container is destroyed afterwards
             return runner.run(
                 changes=changes,
                 select=select,
@@ -538,6 +556,10 @@ class Scorer:
                 python_args=("-P",),
                 supervised=True,
             )
+        finally:
+            held = runner.release()
+            if held is not None:
+                self.pool.discard(held)
 
     def _judge(self, task: Task, runs: list[tuple[_Part, RunResult]], result: RewardResult, tests: str,
                rerun: tuple[_Part, RunResult] | None = None) -> None:

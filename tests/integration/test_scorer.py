@@ -443,6 +443,9 @@ def test_one_broken_scoring_does_not_end_a_batch(tasks, scorer) -> None:  # type
     results = scorer.score_many([(broken, "", "empty"), (tasks[1], tasks[1].patch, "gold")])
     assert results[0].status == "infra_error" and "JSONDecodeError" in results[0].detail, results[0].detail
     assert (results[1].status, results[1].reward) == ("ok", 1.0)
+    # The row mended, the same task scores (its start state is written again).
+    mended = scorer.score(replace(broken, validation=tasks[0].validation), tasks[0].patch)
+    assert (mended.status, mended.reward) == ("ok", 1.0), mended.detail
 
 
 def _with_extra_test(task: Task, suffix: str, body: str) -> tuple[Task, str]:
@@ -471,7 +474,7 @@ def test_a_pass_to_pass_test_that_fails_under_load_is_run_again_alone(contexts, 
     assert (result.reward, result.status) == (1.0, "ok"), (result.detail, result.tampering)
     assert result.pass_to_pass[crowd_id] == "passed"
     assert "passed alone in a fresh container" in result.detail and crowd_id in result.detail
-    broken, broken_id = _with_extra_test(task, "broken", "def test_broken():\n    assert False, 'broken'\n")
+    broken, broken_id = _with_extra_test(task, "fails", "def test_fails():\n    assert False, 'broken'\n")
     result = scorer.score(broken, broken.patch)
     assert (result.reward, result.status) == (0.0, "ok"), (result.detail, result.tampering)
     assert result.pass_to_pass[broken_id] == "failed" and "passed alone" not in result.detail
