@@ -36,7 +36,6 @@ import importlib.util
 import io
 import json
 import queue
-import random
 import shutil
 import tempfile
 import threading
@@ -67,6 +66,7 @@ from taskforge.scoring.rewards import (
     compute_reward,
     load_predictions,
 )
+from taskforge.scoring.verdict import Part, judge_run, plan_runs, task_canaries
 from taskforge.scoring.tamper import (
     DEFAULT_CONFIG_FILES,
     TestPaths,
@@ -92,8 +92,6 @@ __all__ = [
 
 GUARD_MODULE = "taskforge_pytest_guard"
 _GUARD_SOURCE = guest.source_path("guard")
-_GUARD_PROPERTY = "taskforge.guard"
-_TAMPERED_PROPERTY = "taskforge.tampered"
 _MAX_PATCH_BYTES = 8 * 1024 * 1024
 _MAX_GUARDED_FILES = 400
 _MAX_RERUN = 10
@@ -297,7 +295,7 @@ class Scorer:
         self.timeout_s = timeout_s
         self.concurrency = concurrency
         self.mode: RewardMode = mode
-        # A task with canaries runs its tests in two containers at once (see _plan).
+        # A task with canaries runs its tests in two containers at once (see verdict.plan_runs).
         self.pool = ContainerPool(backend, limits=self.limits, size=2 * concurrency if prestart is None else prestart,
                                   labels=labels)
         self._slots = threading.BoundedSemaphore(concurrency)
@@ -392,7 +390,7 @@ class Scorer:
             return
         testing = time.monotonic()
         selected = [*task.FAIL_TO_PASS, *(task.PASS_TO_PASS if tests == "all" else ())]
-        plan = _plan(task, prepared.changes, selected)
+        plan = plan_runs(task, prepared.changes, selected)
         try:
             if len(plan) == 1:
                 runs = [self._run(task, state, plan[0].changes, prepared.kept, plan[0].select)]
@@ -415,7 +413,7 @@ class Scorer:
         self._judge(task, pairs, result, tests, rerun=rerun)
 
     def _rerun_failed(self, task: Task, state: _TaskState, prepared: _Prepared,
-                      pairs: list[tuple[_Part, RunResult]]) -> tuple[_Part, RunResult] | None:
+                      pairs: list[tuple[Part, RunResult]]) -> tuple[Part, RunResult] | None:
         """A second run, alone in a fresh container, of the few PASS_TO_PASS tests that failed in a
         scoring that is otherwise clean (no timeout, nothing that looks like tampering, every
         FAIL_TO_PASS test passed as itself): a test that depends on timing can fail when the machine
@@ -441,7 +439,7 @@ class Scorer:
         if not failed or len(failed) > _MAX_RERUN:
             return None
         select = sorted(failed)
-        part = _Part(changes=prepared.changes, select=select, canaries=frozenset())
+        part = Part(changes=prepared.changes, select=select, canaries=frozenset())
         return part, self._run(task, state, prepared.changes, prepared.kept, select)
 
     def _state(self, task: Task) -> _TaskState:
@@ -561,8 +559,8 @@ class Scorer:
             if held is not None:
                 self.pool.discard(held)
 
-    def _judge(self, task: Task, runs: list[tuple[_Part, RunResult]], result: RewardResult, tests: str,
-               rerun: tuple[_Part, RunResult] | None = None) -> None:
+    def _judge(self, task: Task, runs: list[tuple[Part, RunResult]], result: RewardResult, tests: str,
+               rerun: tuple[Part, RunResult] | None = None) -> None:
         if any(run.status == "timeout" for _, run in runs):
             result.status, result.detail = "timeout", f"the tests ran past {self.timeout_s:g} s"
             result.fail_to_pass = dict.fromkeys(task.FAIL_TO_PASS, "timeout")
@@ -671,128 +669,6 @@ def _test_digests(state: _TaskState, changes: Mapping[str, bytes | None], select
         if content is not None:
             digests[f"/workspace/{rel}"] = hashlib.sha256(content).hexdigest()
     return digests
-
-
-@dataclass(frozen=True, slots=True)
-class _Part:
-    """One run of a scoring: the state, the tests selected, which of them are twins."""
-
-    changes: Mapping[str, bytes | None]
-    select: list[str]
-    canaries: frozenset[str]
-
-
-def task_canaries(task: Task) -> list[Twin]:
-    """The twins mining calibrated for ``task`` (none for a task mined before canaries)."""
-    try:
-        data = json.loads(task.validation or "{}")
-    except ValueError:
-        return []
-    return [Twin.from_json(item) for item in data.get("canaries") or []] if isinstance(data, dict) else []
-
-
-def _plan(task: Task, changes: Mapping[str, bytes | None], selected: list[str]) -> list[_Part]:
-    """The runs of one scoring. Without canaries, one. With them, two, alike in what they show:
-    both run every FAIL_TO_PASS test, in one sorted selection, and each takes a random half of
-    PASS_TO_PASS. The twinned tests are dealt at random into two halves; each run holds one
-    half's tests as themselves and the other half's twins *in their place, under their names*,
-    so no run holds a test and its twin. The deal, the halves and the twin of each test are new
-    every scoring."""
-    chosen_set = set(selected)
-    twins = [t for t in task_canaries(task) if set(t.tests) <= chosen_set]
-    if not twins:
-        return [_Part(changes=changes, select=selected, canaries=frozenset())]
-    rng = random.SystemRandom()
-    chosen: dict[str, Twin] = {}
-    # The twin that reads most like a test: a value twin where a test has one (it catches an
-    # answer read from the test too), then an input twin, then a negated one, then a plain one.
-    rank = {"value": 0, "input": 1, "negated": 2, "plain": 3}
-    for twin in sorted(rng.sample(twins, len(twins)), key=lambda t: rank.get(t.kind, 4)):
-        chosen.setdefault(twin.test, twin)
-    order = list(chosen)
-    rng.shuffle(order)
-    halves = ([chosen[k] for k in order[0::2]], [chosen[k] for k in order[1::2]])
-    fail_to_pass = set(task.FAIL_TO_PASS)
-    others = [t for t in selected if t not in fail_to_pass]
-    rng.shuffle(others)
-    shared = [t for t in selected if t in fail_to_pass]
-
-    def with_twins(group: list[Twin]) -> dict[str, bytes | None]:
-        placed = dict(changes)
-        for twin in group:
-            text = placed.get(twin.file)
-            if text is None:
-                raise SandboxError(f"the canary of {twin.test} has no file {twin.file} in the hidden tests",
-                                   reason="canary_broken")
-            placed[twin.file] = place_twin(text.decode(), twin).encode()
-        return placed
-
-    def ids(group: list[Twin]) -> frozenset[str]:
-        return frozenset(i for twin in group for i in twin.tests)
-
-    return [_Part(changes=with_twins(halves[1]), select=sorted([*shared, *others[0::2]]), canaries=ids(halves[1])),
-            _Part(changes=with_twins(halves[0]), select=sorted([*shared, *others[1::2]]), canaries=ids(halves[0]))]
-
-
-@dataclass(frozen=True, slots=True)
-class RunVerdict:
-    outcomes: dict[str, str]
-    """Each selected test's outcome: from the outcome stream when the run was supervised."""
-    all_passed: bool
-    """Whether every selected test but the canaries passed."""
-    exit_ok: bool
-    """Whether pytest exited as its outcomes say it should: 0 when every test passed, else 1."""
-    tampering: list[str]
-
-
-def judge_run(run: RunResult, selected: list[str], *, canaries: frozenset[str] = frozenset()) -> RunVerdict:
-    """What one scoring run says of the ``selected`` tests, and what in it cannot be honest.
-
-    A supervised run's outcomes come from the stream the supervisor read as each test finished;
-    the JUnit report, written later and in reach of the candidate's code, must not say more: a
-    test passed in the report but not as it ran, an exit status other than the session's, a test
-    reported twice or one nobody selected are tampering. So are an exit status of 0 with an
-    expected test not passed, and a report the guard did not see through."""
-    stream = run.stream
-    wanted = set(selected)
-
-    def reported(nodeid: str) -> str:
-        return run.results[nodeid].outcome if nodeid in run.results else "missing"
-
-    if stream is not None:
-        outcomes = {t: stream.outcomes.get(t, "missing") for t in selected}
-    else:
-        outcomes = {t: reported(t) for t in selected}
-    all_passed = all(o == "passed" for t, o in outcomes.items() if t not in canaries)
-    every_passed = all(o == "passed" for o in outcomes.values())
-    tampering = [f"canary: a twin of {t} with its check altered {o} in the place of the test"
-                 for t, o in outcomes.items() if t in canaries and o in ("passed", "xpassed")]
-    tampering += [value for name, value in run.properties if name == _TAMPERED_PROPERTY]
-    if run.has_report and (_GUARD_PROPERTY, "1") not in run.properties:
-        tampering.append("report: the scoring guard did not see the session end")
-    if stream is not None:
-        tampering += [f"outcome stream: {fault}" for fault in stream.faults]
-        tampering += [f"outcome stream: {t} ran but was not selected" for t in sorted(set(stream.outcomes) - wanted)][:5]
-        tampering += [f"report: {t} passed in the report but was {o} as it ran"
-                      for t, o in outcomes.items() if o != "passed" and reported(t) == "passed"
-                      and t not in canaries][:5]
-        if stream.finish is not None and run.exit_code is not None and stream.finish != run.exit_code:
-            tampering.append(f"exit: the session ended with status {stream.finish} but pytest exited {run.exit_code}")
-        if stream.finish is None and run.exit_code == 0:
-            tampering.append("exit: pytest exited 0 but its session never ended")
-        if stream.finish is not None:
-            # The session ended: the guard's record and the report must both be there.
-            if stream.guard is None:
-                tampering.append("guard: its record of the session never reached the stream")
-            else:
-                tampering += [f"guard: {finding}" for finding in stream.guard]
-            if not run.has_report:
-                tampering.append("report: the session ended but no report was written")
-    if run.exit_code == 0 and not every_passed:
-        what = "no report" if not run.has_report else f"{sum(o != 'passed' for o in outcomes.values())} selected tests not passed"
-        tampering.append(f"exit: pytest exited 0 with {what}")
-    return RunVerdict(outcomes=outcomes, all_passed=all_passed, exit_ok=run.exit_code == (0 if every_passed else 1),
-                      tampering=tampering)
 
 
 def source_encoding(content: bytes) -> str:

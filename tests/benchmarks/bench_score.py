@@ -51,7 +51,8 @@ from taskforge.repo.patches import apply_patch
 from taskforge.repo.startstate import rebuild_start_state
 from taskforge.repo.suite import _host_venv
 from taskforge.sandbox import SandboxBackend, SandboxLimits, open_backend
-from taskforge.scoring.scorer import RewardResult, Scorer, task_canaries
+from taskforge.scoring.scorer import RewardResult, Scorer
+from taskforge.scoring.verdict import task_canaries
 from taskforge.task import Task
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]

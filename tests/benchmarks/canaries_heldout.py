@@ -20,7 +20,8 @@ from pathlib import Path
 
 from taskforge.datasets import read_tasks
 from taskforge.sandbox import SandboxLimits, open_backend
-from taskforge.scoring.scorer import Scorer, task_canaries
+from taskforge.scoring.scorer import Scorer
+from taskforge.scoring.verdict import task_canaries
 from tests.benchmarks.bench_score import _on_this_engine
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]

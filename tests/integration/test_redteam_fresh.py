@@ -251,7 +251,7 @@ def fd_mitm_select_order(ctx: Ctx, know: Know) -> str:
     found in /proc/self/fd, ``dup2`` over it; a thread relays each line, rewritten), and tell twins
     apart by the run's own selection: the driver leaves it in /tmp/taskforge/select.json, and the
     canary run (the one that selects only twinned tests) lists its twins first and the real tests
-    after them (``_plan``: ``[*ids(halves[0]), *ids(halves[1])]``). There it forges the second half;
+    after them (``plan_runs``: ``[*ids(halves[0]), *ids(halves[1])]``). There it forges the second half;
     in the other run, the tests that are never twinned. Partial mode."""
     return _patch(ctx, _code(ctx, know, '''
         def _rt_forged():

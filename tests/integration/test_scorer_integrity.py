@@ -18,7 +18,8 @@ import pytest
 from taskforge.datasets import read_tasks
 from taskforge.repo.canaries import Twin
 from taskforge.sandbox import SandboxLimits
-from taskforge.scoring.scorer import Scorer, task_canaries
+from taskforge.scoring.scorer import Scorer
+from taskforge.scoring.verdict import task_canaries
 from taskforge.task import Task
 
 pytestmark = pytest.mark.docker

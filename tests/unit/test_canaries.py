@@ -159,14 +159,14 @@ def test_non_ascii_lines_are_edited_at_the_right_columns() -> None:
 
 
 def test_the_two_runs_of_a_scoring_look_alike_and_never_hold_a_test_with_its_twin() -> None:
-    """The scorer's plan (taskforge.scoring.scorer._plan): both runs select every FAIL_TO_PASS
+    """The scorer's plan (taskforge.scoring.verdict.plan_runs): both runs select every FAIL_TO_PASS
     test, sorted; PASS_TO_PASS is split between them; each twinned id is a canary in exactly one
     run and itself in the other; the file of each run has the twin in the test's place."""
     import json
     from dataclasses import replace
 
     from taskforge.datasets.testing import task_rows
-    from taskforge.scoring.scorer import _plan
+    from taskforge.scoring.verdict import plan_runs
     from taskforge.task import Task
 
     twinned = [f"{FILE}::test_parse", f"{FILE}::TestThing::test_truthy", f"{FILE}::test_member"]
@@ -178,7 +178,7 @@ def test_the_two_runs_of_a_scoring_look_alike_and_never_hold_a_test_with_its_twi
                    validation=json.dumps({"canaries": [t.to_json() for t in twins]}))
     selected = [*fail_to_pass, *pass_to_pass]
     for _ in range(20):
-        first, second = _plan(task, {FILE: SOURCE.encode()}, selected)
+        first, second = plan_runs(task, {FILE: SOURCE.encode()}, selected)
         assert first.select == sorted(first.select) and second.select == sorted(second.select)
         assert set(fail_to_pass) <= set(first.select) and set(fail_to_pass) <= set(second.select)
         others = [set(part.select) - set(fail_to_pass) for part in (first, second)]

@@ -1,5 +1,5 @@
 """The outcome stream as the scorer reads it (taskforge.repo.suite.parse_stream) and the verdict
-of one run (taskforge.scoring.scorer.judge_run): what an honest run gives, and what cannot be
+of one run (taskforge.scoring.verdict.judge_run): what an honest run gives, and what cannot be
 honest. The supervisor and plugin that write the stream run for real in
 tests/integration/test_scorer_integrity.py and test_redteam.py."""
 
@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from taskforge.repo.junit import TestResult
 from taskforge.repo.suite import RunResult, parse_stream
-from taskforge.scoring.scorer import judge_run
+from taskforge.scoring.verdict import judge_run
 
 
 def _lines(*records: object) -> str:

@@ -1,0 +1,142 @@
+"""The runs of one scoring and what each says: the two-run plan with canary twins in place
+(``plan_runs``), and the verdict of one run from its outcome stream, report and exit status
+(``judge_run``)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from taskforge.errors import SandboxError
+from taskforge.repo.canaries import Twin, place_twin
+from taskforge.repo.suite import RunResult
+from taskforge.task import Task
+
+__all__ = ["Part", "RunVerdict", "judge_run", "plan_runs", "task_canaries"]
+
+GUARD_PROPERTY = "taskforge.guard"
+TAMPERED_PROPERTY = "taskforge.tampered"
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One run of a scoring: the state, the tests selected, which of them are twins."""
+
+    changes: Mapping[str, bytes | None]
+    select: list[str]
+    canaries: frozenset[str]
+
+
+def task_canaries(task: Task) -> list[Twin]:
+    """The twins mining calibrated for ``task`` (none for a task mined before canaries)."""
+    try:
+        data = json.loads(task.validation or "{}")
+    except ValueError:
+        return []
+    return [Twin.from_json(item) for item in data.get("canaries") or []] if isinstance(data, dict) else []
+
+
+def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[str]) -> list[Part]:
+    """The runs of one scoring. Without canaries, one. With them, two, alike in what they show:
+    both run every FAIL_TO_PASS test, in one sorted selection, and each takes a random half of
+    PASS_TO_PASS. The twinned tests are dealt at random into two halves; each run holds one
+    half's tests as themselves and the other half's twins *in their place, under their names*,
+    so no run holds a test and its twin. The deal, the halves and the twin of each test are new
+    every scoring."""
+    chosen_set = set(selected)
+    twins = [t for t in task_canaries(task) if set(t.tests) <= chosen_set]
+    if not twins:
+        return [Part(changes=changes, select=selected, canaries=frozenset())]
+    rng = random.SystemRandom()
+    chosen: dict[str, Twin] = {}
+    # The twin that reads most like a test: a value twin where a test has one (it catches an
+    # answer read from the test too), then an input twin, then a negated one, then a plain one.
+    rank = {"value": 0, "input": 1, "negated": 2, "plain": 3}
+    for twin in sorted(rng.sample(twins, len(twins)), key=lambda t: rank.get(t.kind, 4)):
+        chosen.setdefault(twin.test, twin)
+    order = list(chosen)
+    rng.shuffle(order)
+    halves = ([chosen[k] for k in order[0::2]], [chosen[k] for k in order[1::2]])
+    fail_to_pass = set(task.FAIL_TO_PASS)
+    others = [t for t in selected if t not in fail_to_pass]
+    rng.shuffle(others)
+    shared = [t for t in selected if t in fail_to_pass]
+
+    def with_twins(group: list[Twin]) -> dict[str, bytes | None]:
+        placed = dict(changes)
+        for twin in group:
+            text = placed.get(twin.file)
+            if text is None:
+                raise SandboxError(f"the canary of {twin.test} has no file {twin.file} in the hidden tests",
+                                   reason="canary_broken")
+            placed[twin.file] = place_twin(text.decode(), twin).encode()
+        return placed
+
+    def ids(group: list[Twin]) -> frozenset[str]:
+        return frozenset(i for twin in group for i in twin.tests)
+
+    return [Part(changes=with_twins(halves[1]), select=sorted([*shared, *others[0::2]]), canaries=ids(halves[1])),
+            Part(changes=with_twins(halves[0]), select=sorted([*shared, *others[1::2]]), canaries=ids(halves[0]))]
+
+
+@dataclass(frozen=True, slots=True)
+class RunVerdict:
+    outcomes: dict[str, str]
+    """Each selected test's outcome: from the outcome stream when the run was supervised."""
+    all_passed: bool
+    """Whether every selected test but the canaries passed."""
+    exit_ok: bool
+    """Whether pytest exited as its outcomes say it should: 0 when every test passed, else 1."""
+    tampering: list[str]
+
+
+def judge_run(run: RunResult, selected: list[str], *, canaries: frozenset[str] = frozenset()) -> RunVerdict:
+    """What one scoring run says of the ``selected`` tests, and what in it cannot be honest.
+
+    A supervised run's outcomes come from the stream the supervisor read as each test finished;
+    the JUnit report, written later and in reach of the candidate's code, must not say more: a
+    test passed in the report but not as it ran, an exit status other than the session's, a test
+    reported twice or one nobody selected are tampering. So are an exit status of 0 with an
+    expected test not passed, and a report the guard did not see through."""
+    stream = run.stream
+    wanted = set(selected)
+
+    def reported(nodeid: str) -> str:
+        return run.results[nodeid].outcome if nodeid in run.results else "missing"
+
+    if stream is not None:
+        outcomes = {t: stream.outcomes.get(t, "missing") for t in selected}
+    else:
+        outcomes = {t: reported(t) for t in selected}
+    all_passed = all(o == "passed" for t, o in outcomes.items() if t not in canaries)
+    every_passed = all(o == "passed" for o in outcomes.values())
+    tampering = [f"canary: a twin of {t} with its check altered {o} in the place of the test"
+                 for t, o in outcomes.items() if t in canaries and o in ("passed", "xpassed")]
+    tampering += [value for name, value in run.properties if name == TAMPERED_PROPERTY]
+    if run.has_report and (GUARD_PROPERTY, "1") not in run.properties:
+        tampering.append("report: the scoring guard did not see the session end")
+    if stream is not None:
+        tampering += [f"outcome stream: {fault}" for fault in stream.faults]
+        tampering += [f"outcome stream: {t} ran but was not selected" for t in sorted(set(stream.outcomes) - wanted)][:5]
+        tampering += [f"report: {t} passed in the report but was {o} as it ran"
+                      for t, o in outcomes.items() if o != "passed" and reported(t) == "passed"
+                      and t not in canaries][:5]
+        if stream.finish is not None and run.exit_code is not None and stream.finish != run.exit_code:
+            tampering.append(f"exit: the session ended with status {stream.finish} but pytest exited {run.exit_code}")
+        if stream.finish is None and run.exit_code == 0:
+            tampering.append("exit: pytest exited 0 but its session never ended")
+        if stream.finish is not None:
+            # The session ended: the guard's record and the report must both be there.
+            if stream.guard is None:
+                tampering.append("guard: its record of the session never reached the stream")
+            else:
+                tampering += [f"guard: {finding}" for finding in stream.guard]
+            if not run.has_report:
+                tampering.append("report: the session ended but no report was written")
+    if run.exit_code == 0 and not every_passed:
+        what = "no report" if not run.has_report else f"{sum(o != 'passed' for o in outcomes.values())} selected tests not passed"
+        tampering.append(f"exit: pytest exited 0 with {what}")
+    return RunVerdict(outcomes=outcomes, all_passed=all_passed, exit_ok=run.exit_code == (0 if every_passed else 1),
+                      tampering=tampering)
