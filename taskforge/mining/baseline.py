@@ -15,7 +15,8 @@ from taskforge.repo.symbols import SymbolIndex
 from taskforge.repo.testfiles import TestLayout
 from taskforge.task import is_ambiguous_doctest_id
 
-__all__ = ["Baseline", "agreed_outcomes", "fork_disagreement", "hash_seeds", "run_baseline", "test_function"]
+__all__ = ["Baseline", "agreed_outcomes", "fork_disagreement", "hash_seeds", "run_baseline", "run_timeout",
+           "test_function"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,6 +31,8 @@ class Baseline:
     seed_dependent: tuple[str, ...] = ()
     """Tests whose node id or outcome differed between runs under different hash seeds: in
     neither FAIL_TO_PASS nor PASS_TO_PASS."""
+    seconds: float = 0.0
+    """The slowest of the baseline's runs without busy neighbours: what a whole suite run takes."""
     load_sensitive: tuple[str, ...] = ()
     """Tests whose outcome changed in a run beside busy processes (timing tests): in neither list."""
     fork_server: str = ""
@@ -37,6 +40,8 @@ class Baseline:
     ``fallback: WHY`` (its run disagreed with the new interpreters')."""
 
 
+_RUN_TIMEOUT_FACTOR = 5.0
+_MIN_RUN_TIMEOUT_S = 120.0
 _BUSY = 2
 """Busy processes beside the baseline's load check (with the sandbox's one CPU, pytest gets a third)."""
 
@@ -137,9 +142,17 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
         coverage=first.coverage or {},
         importable=tuple(m for m in sorted(index.modules) if m not in first.import_errors),
         seed_dependent=tuple(sorted(seed_dependent)),
+        seconds=max(run.duration_s for run in fresh),
         load_sensitive=tuple(sorted(load_sensitive - seed_dependent)),
         fork_server=fork_server,
     )
+
+
+def run_timeout(baseline_s: float, ceiling_s: float) -> float:
+    """How long a run of the suite, or of part of it, may take once the baseline has shown how long
+    the whole suite takes: a removal that makes a test loop forever (an iterator that never ends)
+    costs minutes, not the configured ceiling."""
+    return min(ceiling_s, max(_MIN_RUN_TIMEOUT_S, _RUN_TIMEOUT_FACTOR * baseline_s))
 
 
 def test_function(nodeid: str) -> str:

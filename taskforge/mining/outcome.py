@@ -36,6 +36,8 @@ class RepoResult:
     seed_dependent: int = 0
     """Tests whose id or outcome differed between baseline runs under different hash seeds."""
     load_sensitive: int = 0
+    run_timeout_s: float = 0.0
+    """The bound on each validation run, from the baseline's duration (``baseline.run_timeout``)."""
     """Tests whose outcome changed when the baseline ran beside busy processes (timing tests)."""
     fork_server: str = ""
     """Whether validation runs forked from a server (``used``), and why not otherwise."""

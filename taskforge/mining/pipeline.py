@@ -30,7 +30,7 @@ from pathlib import Path
 
 from taskforge.mining.audit.fingerprint import Fingerprint
 from taskforge.mining.audit.vocabulary import interface_names
-from taskforge.mining.baseline import run_baseline
+from taskforge.mining.baseline import run_baseline, run_timeout
 from taskforge.mining.candidates import Candidate, find_candidates
 from taskforge.mining.checks import (
     Context,
@@ -123,6 +123,7 @@ def _mine_repository(
         result.tests, result.passing = len(baseline.tests), len(baseline.passing)
         result.seed_dependent = len(baseline.seed_dependent)
         result.load_sensitive = len(baseline.load_sensitive)
+        runner.timeout_s = result.run_timeout_s = run_timeout(baseline.seconds, config.timeout_s)
         result.fork_server = baseline.fork_server
         with stage("discover"):
             candidates = find_candidates(
