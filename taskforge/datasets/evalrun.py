@@ -83,7 +83,7 @@ def prepare(config):  # type: ignore[no-untyped-def]
 def _plugins():  # type: ignore[no-untyped-def]
     from importlib import metadata
 
-    return sorted({ep.module for ep in metadata.entry_points(group="pytest11")})
+    return sorted({(ep.name, ep.module) for ep in metadata.entry_points(group="pytest11")})
 
 
 def _outcomes(root):  # type: ignore[no-untyped-def]
@@ -125,7 +125,11 @@ def run(config):  # type: ignore[no-untyped-def]
     if os.path.exists(report):
         os.unlink(report)
     candidate = os.path.join(tool_dir, "candidate.json")
-    plugins = _plugins()
+    # The environment's own arguments (``--no-cov``, ``-p no:randomly``, a plugin that does not fit
+    # this pytest switched off), and the image's plugins by module, but those it switches off.
+    pytest_args = list(config.get("pytest_args") or [])
+    off = {arg[3:] for flag, arg in zip(pytest_args, pytest_args[1:]) if flag == "-p" and arg.startswith("no:")}
+    plugins = [module for name, module in _plugins() if name not in off and module not in off]
     nonce = secrets.token_hex(16)
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": tool_dir, "PYTHONDONTWRITEBYTECODE": "1",
            "TASKFORGE_NONCE": nonce, "TASKFORGE_SELECT": select_file,
@@ -134,7 +138,7 @@ def run(config):  # type: ignore[no-untyped-def]
     files = sorted({nodeid.split("::", 1)[0] for nodeid in select})
     args = ["-p", "no:cacheprovider", "-p", config["plugin_module"], f"--junitxml={report}", "-o", "junit_family=xunit1",
             "-q", "-rN", "--continue-on-collection-errors", "--tb=line", "-p", config["guard_module"],
-            *(arg for plugin in plugins for arg in ("-p", plugin)),
+            *(arg for plugin in plugins for arg in ("-p", plugin)), *pytest_args,
             *(f for f in files if os.path.exists(os.path.join(workspace, f)))]
     proc = subprocess.run([sys.executable, "-P", "-m", "pytest", *args], cwd=workspace, env=env,
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

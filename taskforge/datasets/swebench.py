@@ -108,6 +108,7 @@ def eval_config(row: Mapping[str, Any], *, workspace: str = EVAL_WORKDIR, reward
         "select": select,
         "harness_ids": harness_ids(row["instance_id"], select),
         "plugin_module": PLUGIN_MODULE,
+        "pytest_args": list(json.loads(row["environment"]).get("pytest_args") or []) if row.get("environment") else [],
         "guard_module": GUARD_MODULE,
         "programs": {f"{PLUGIN_MODULE}.py": guest.source("plugin"), f"{GUARD_MODULE}.py": guest.source("guard")},
         "reward_file": reward_file,

@@ -21,7 +21,7 @@ from taskforge.mining.audit.scan import (
     audit_task_state,
     scan_image,
 )
-from taskforge.mining.baseline import Baseline
+from taskforge.mining.baseline import Baseline, run_timeout
 from taskforge.mining.candidates import Candidate
 from taskforge.mining.config import (
     CONTINUE_ON_COLLECTION_ERRORS,

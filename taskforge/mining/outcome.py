@@ -36,6 +36,8 @@ class RepoResult:
     seed_dependent: int = 0
     """Tests whose id or outcome differed between baseline runs under different hash seeds."""
     load_sensitive: int = 0
+    plugins_off: list[str] = field(default_factory=list)
+    """Installed pytest plugins switched off because they do not fit the environment's pytest."""
     run_timeout_s: float = 0.0
     """The bound on each validation run, from the baseline's duration (``baseline.run_timeout``)."""
     """Tests whose outcome changed when the baseline ran beside busy processes (timing tests)."""

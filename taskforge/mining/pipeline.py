@@ -26,6 +26,7 @@ import gc
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from taskforge.mining.audit.fingerprint import Fingerprint
@@ -114,6 +115,9 @@ def _mine_repository(
     with SuiteRunner(snapshot, env, backend=backend, limits=limits, timeout_s=config.timeout_s) as runner:
         with stage("index"):
             layout = runner.layout()  # where the project's pytest configuration puts its tests
+            if runner.plugins_off:  # plugins that do not fit this pytest: off in every later run, scoring's too
+                env = replace(env, pytest_args=(*env.pytest_args, *(a for p in runner.plugins_off for a in ("-p", f"no:{p}"))))
+                result.plugins_off = list(runner.plugins_off)
             index = build_index(snapshot.path, package_paths=env.package_paths, layout=layout)
             interfaces = interface_names(env.wheelhouse, own=env.package_paths)
         # The LLM agent's run_tests tool runs in the warm container too.

@@ -116,6 +116,9 @@ def _check_start_state(
     source = fetch(task.source)
     # The environment is keyed on the project's metadata, which the start state keeps.
     env = build_environment(source, backend=backend, base=base)
+    # The arguments the task's tests run with are the task's (a plugin mining found did not fit
+    # this pytest is off in them).
+    env = replace(env, pytest_args=tuple(json.loads(task.environment or "{}").get("pytest_args") or env.pytest_args))
     with_tests = apply_patch(start.path, {}, task.test_patch)
     gold = apply_patch(start.path, with_tests, task.patch)
     check.problems += _gold_problems(task, source, gold)

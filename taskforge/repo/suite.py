@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import os
 import secrets
 import shutil
@@ -90,6 +91,22 @@ def require_test_files(snapshot: Snapshot) -> None:
     if not find_test_files(snapshot.path) and not configures_python_files(snapshot.path):
         raise NoTestsError(f"{snapshot.source} has no pytest tests (no test_*.py or *_test.py files, and no "
                            "python_files in its pytest configuration)")
+
+
+_MAX_PLUGINS_OFF = 3
+_PLUGIN_INVALID = re.compile(r"PluginValidationError: Plugin '([\w.-]+)' for hook")
+
+
+def incompatible_plugin(output: str) -> str | None:
+    """The plugin pluggy refused to register (a hook implementation this pytest has no spec for),
+    from pytest's output; None when that is not why pytest stopped."""
+    found = _PLUGIN_INVALID.search(output)
+    return found.group(1) if found else None
+
+
+def plugins_off(pytest_args: Sequence[str]) -> set[str]:
+    """The plugins ``pytest_args`` switch off (``-p no:NAME``)."""
+    return {arg[3:] for flag, arg in zip(pytest_args, pytest_args[1:]) if flag == "-p" and arg.startswith("no:")}
 
 
 def _last_line(text: str) -> str:
@@ -325,6 +342,8 @@ class SuiteRunner:
         self._tool_files = dict(tool_files or {})
         self.bytecode_cache = bytecode_cache
         self.fork_server = fork_server
+        self.plugins_off: list[str] = []
+        """Installed pytest plugins that ``layout`` found do not fit this pytest, now off (``-p no:``)."""
 
     def __enter__(self) -> SuiteRunner:
         return self
@@ -371,11 +390,19 @@ class SuiteRunner:
         """Where pytest, configured as the project configures it, looks for tests: its
         ``python_files`` and ``testpaths`` (pytest starts, reads its configuration and the initial
         conftest files, and collects nothing)."""
-        run = self.run_repeated(repeats=1, layout=True, fork_server=False)[0]
-        if run.layout is None:
-            raise TestRunError(f"pytest could not read the configuration of {self.snapshot.source}: "
-                               f"{_last_line(run.output_tail)}", reason="pytest_config_unreadable")
-        return run.layout
+        for _ in range(_MAX_PLUGINS_OFF + 1):
+            run = self.run_repeated(repeats=1, layout=True, fork_server=False)[0]
+            if run.layout is not None:
+                return run.layout
+            # An installed plugin written for another pytest (pytest-flake8's ``path`` argument,
+            # gone in pytest 9) stops pytest before it reads anything: the suite runs without it.
+            plugin = incompatible_plugin(run.output_tail)
+            if plugin is None or plugin in self.plugins_off:
+                break
+            self.plugins_off.append(plugin)
+            self.extra_args = (*self.extra_args, "-p", f"no:{plugin}")
+        raise TestRunError(f"pytest could not read the configuration of {self.snapshot.source}: "
+                           f"{_last_line(run.output_tail)}", reason="pytest_config_unreadable")
 
     def run(
         self,

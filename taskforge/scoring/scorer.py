@@ -54,7 +54,7 @@ from taskforge.repo.environment import Environment
 from taskforge.repo.patches import StateTrees, apply_patch
 from taskforge.repo.sources import Snapshot
 from taskforge.repo.startstate import rebuild_start_state
-from taskforge.repo.suite import RunResult, SuiteRunner
+from taskforge.repo.suite import RunResult, SuiteRunner, plugins_off
 from taskforge.repo.testfiles import TestLayout
 from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
 from taskforge.scoring.rewards import (
@@ -99,7 +99,7 @@ _MAX_RERUN = 10
 (a test that depends on timing fails under load; a candidate that breaks more is not retried)."""
 _FACTS_SCRIPT = r"""
 import importlib.metadata as m, json, re
-plugins = sorted({ep.module for ep in m.entry_points(group="pytest11")})
+plugins = sorted({(ep.name, ep.module) for ep in m.entry_points(group="pytest11")})
 names = []
 try:  # the configuration files this pytest reads, from its own code: no list of ours to fall behind
     import _pytest.config.findpaths as f
@@ -124,7 +124,8 @@ and the names of the configuration files the installed pytest reads."""
 
 @dataclass(frozen=True, slots=True)
 class _ImageFacts:
-    plugins: list[str]
+    plugins: list[tuple[str, str]]
+    """The installed pytest plugins: (entry point name, module)."""
     config_files: frozenset[str]
 
 
@@ -521,7 +522,7 @@ class Scorer:
         if found.exit_code != 0:
             raise SandboxError(f"could not read the pytest setup of {image}: {found.text().strip()[-300:]}")
         data = json.loads(found.stdout.decode().strip().splitlines()[-1])
-        facts = _ImageFacts(plugins=[str(p) for p in data["plugins"]],
+        facts = _ImageFacts(plugins=[(str(name), str(module)) for name, module in data["plugins"]],
                             config_files=frozenset(map(str, data["config_files"])) | DEFAULT_CONFIG_FILES)
         with self._lock:
             self._facts[image] = facts
@@ -531,7 +532,11 @@ class Scorer:
              select: list[str]) -> RunResult:
         box = self.pool.acquire(task.image_name)
         try:
-            plugins = self._image_facts(task.image_name, box).plugins
+            # The image's plugins by module (autoloading is off), but those the task's environment
+            # switches off (one written for another pytest: ``SuiteRunner.layout``).
+            off = plugins_off(state.env.pytest_args)
+            plugins = [module for name, module in self._image_facts(task.image_name, box).plugins
+                       if name not in off and module not in off]
         except BaseException:
             box.close()
             raise
