@@ -38,6 +38,8 @@ class RepoResult:
     load_sensitive: int = 0
     plugins_off: list[str] = field(default_factory=list)
     """Installed pytest plugins switched off because they do not fit the environment's pytest."""
+    ignored: list[str] = field(default_factory=list)
+    """Test modules that could not be collected in the unmodified project (left out of every run)."""
     run_timeout_s: float = 0.0
     """The bound on each validation run, from the baseline's duration (``baseline.run_timeout``)."""
     """Tests whose outcome changed when the baseline ran beside busy processes (timing tests)."""

@@ -128,6 +128,9 @@ def _mine_repository(
         result.seed_dependent = len(baseline.seed_dependent)
         result.load_sensitive = len(baseline.load_sensitive)
         runner.timeout_s = result.run_timeout_s = run_timeout(baseline.seconds, config.timeout_s)
+        if baseline.ignored:  # test modules broken in the project itself: left out everywhere, scoring too
+            env = replace(env, pytest_args=(*env.pytest_args, *(f"--ignore={m}" for m in baseline.ignored)))
+            result.ignored = list(baseline.ignored)
         result.fork_server = baseline.fork_server
         with stage("discover"):
             candidates = find_candidates(
