@@ -108,10 +108,12 @@ class Verdict(Protocol):
 class TaskScorer(Protocol):
     """Scores a patch against a task (``taskforge.scoring.scorer.Scorer`` is one)."""
 
-    def score(self, task: Task, patch: str, *, tests: Literal["all", "fail_to_pass"] = "all") -> Verdict: ...
+    def score(self, task: Task, patch: str, *, tests: Literal["all", "fail_to_pass"] = "all",
+              timeout_s: float | None = None) -> Verdict: ...
 
-    def calibrate(self, task: Task) -> Task:
-        """``task`` with the canary tests the gold patch fails, for scoring to add."""
+    def calibrate(self, task: Task, *, timeout_s: float | None = None) -> Task:
+        """``task`` with the canary tests the gold patch fails, for scoring to add; each run at
+        most ``timeout_s`` (default: the scorer's own bound)."""
         ...
 
 

@@ -409,14 +409,16 @@ def gate(task: Task, ctx: Context) -> Task | Rejected:
     The empty patch runs FAIL_TO_PASS alone (``tests="fail_to_pass"``): the binary reward is 0
     exactly when one of them fails, whatever PASS_TO_PASS do, and the gold run has just shown
     PASS_TO_PASS pass."""
-    task = ctx.scorer.calibrate(task)
-    gold = ctx.scorer.score(task, task.patch)
+    # The scorer's runs are bounded as mining's are, by the baseline's duration.
+    bound = run_timeout(ctx.baseline.seconds, ctx.config.timeout_s)
+    task = ctx.scorer.calibrate(task, timeout_s=bound)
+    gold = ctx.scorer.score(task, task.patch, timeout_s=bound)
     if gold.status != "ok" or gold.reward != 1.0:
         failed = next((f"{t}: {o}" for t, o in {**gold.fail_to_pass, **gold.pass_to_pass}.items() if o != "passed"), "")
         if gold.status != "ok":
             return Rejected(RejectReason(f"scorer_{gold.status}"), f"gold: {gold.detail}" + (f" (first: {failed})" if failed else ""))
         return Rejected(RejectReason.GOLD_SCORES_0, failed or gold.detail)
-    empty = ctx.scorer.score(task, "", tests="fail_to_pass")
+    empty = ctx.scorer.score(task, "", tests="fail_to_pass", timeout_s=bound)
     if empty.status != "ok":
         return Rejected(RejectReason(f"scorer_{empty.status}"), f"empty patch: {empty.detail}")
     if all(outcome == "passed" for outcome in empty.fail_to_pass.values()):

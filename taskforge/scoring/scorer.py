@@ -324,6 +324,7 @@ class Scorer:
         self.pool.warm(task.image_name)
 
     def score(self, task: Task, patch: str, *, candidate_id: str = "", mode: RewardMode | None = None,
+              timeout_s: float | None = None,
               tests: Literal["all", "fail_to_pass"] = "all") -> RewardResult:
         """Score one candidate ``patch`` (a unified diff against the start state) for ``task``.
 
@@ -343,7 +344,7 @@ class Scorer:
                               pass_to_pass=dict.fromkeys(task.PASS_TO_PASS, "not_run"))
         with self._slots:
             try:
-                self._score(task, patch, result, tests)
+                self._score(task, patch, result, tests, timeout_s or self.timeout_s)
             except TaskforgeError as err:
                 result.status, result.detail = "infra_error", f"{err} [{err.reason}]"
             except Exception as err:  # the per-candidate boundary: one scoring's failure must not end a batch
@@ -375,7 +376,7 @@ class Scorer:
 
     # -- one scoring --------------------------------------------------------------------------------
 
-    def _score(self, task: Task, patch: str, result: RewardResult, tests: str) -> None:
+    def _score(self, task: Task, patch: str, result: RewardResult, tests: str, timeout_s: float) -> None:
         applying = time.monotonic()
         state = self._state(task)
         try:
@@ -394,14 +395,14 @@ class Scorer:
         plan = plan_runs(task, prepared.changes, selected)
         try:
             if len(plan) == 1:
-                runs = [self._run(task, state, plan[0].changes, prepared.kept, plan[0].select)]
+                runs = [self._run(task, state, plan[0].changes, prepared.kept, plan[0].select, timeout_s)]
             else:
                 with ThreadPoolExecutor(max_workers=len(plan), thread_name_prefix="taskforge-split") as split:
-                    futures = [split.submit(self._run, task, state, part.changes, prepared.kept, part.select)
+                    futures = [split.submit(self._run, task, state, part.changes, prepared.kept, part.select, timeout_s)
                                for part in plan]
                     runs = [future.result() for future in futures]
             pairs = list(zip(plan, runs, strict=True))
-            rerun = self._rerun_failed(task, state, prepared, pairs) if tests == "all" else None
+            rerun = self._rerun_failed(task, state, prepared, pairs, timeout_s) if tests == "all" else None
         except TestRunError as err:  # the report does not carry this run's nonce
             result.status, result.detail = "tampered", f"{err}"
             result.tampering.append(f"report: {err}")
@@ -411,10 +412,10 @@ class Scorer:
             return
         finally:
             result.test_s = time.monotonic() - testing
-        self._judge(task, pairs, result, tests, rerun=rerun)
+        self._judge(task, pairs, result, tests, rerun=rerun, timeout_s=timeout_s)
 
     def _rerun_failed(self, task: Task, state: _TaskState, prepared: _Prepared,
-                      pairs: list[tuple[Part, RunResult]]) -> tuple[Part, RunResult] | None:
+                      pairs: list[tuple[Part, RunResult]], timeout_s: float) -> tuple[Part, RunResult] | None:
         """A second run, alone in a fresh container, of the few PASS_TO_PASS tests that failed in a
         scoring that is otherwise clean (no timeout, nothing that looks like tampering, every
         FAIL_TO_PASS test passed as itself): a test that depends on timing can fail when the machine
@@ -441,7 +442,7 @@ class Scorer:
             return None
         select = sorted(failed)
         part = Part(changes=prepared.changes, select=select, canaries=frozenset())
-        return part, self._run(task, state, prepared.changes, prepared.kept, select)
+        return part, self._run(task, state, prepared.changes, prepared.kept, select, timeout_s)
 
     def _state(self, task: Task) -> _TaskState:
         key = f"{task.instance_id}@{task.base_commit}"
@@ -529,7 +530,7 @@ class Scorer:
         return facts
 
     def _run(self, task: Task, state: _TaskState, changes: Mapping[str, bytes | None], kept: list[str],
-             select: list[str]) -> RunResult:
+             select: list[str], timeout_s: float) -> RunResult:
         box = self.pool.acquire(task.image_name)
         try:
             # The image's plugins by module (autoloading is off), but those the task's environment
@@ -540,7 +541,7 @@ class Scorer:
         except BaseException:
             box.close()
             raise
-        runner = SuiteRunner(state.start, state.env, backend=self.backend, limits=self.limits, timeout_s=self.timeout_s,
+        runner = SuiteRunner(state.start, state.env, backend=self.backend, limits=self.limits, timeout_s=timeout_s,
                              sandbox=box, tool_files={f"{GUARD_MODULE}.py": _GUARD_SOURCE.read_bytes()},
                              bytecode_cache=False)  # one run per container: the image's bytecode is what is fast
         try:  # one scoring each: the container is destroyed afterwards
@@ -565,9 +566,9 @@ class Scorer:
                 self.pool.discard(held)
 
     def _judge(self, task: Task, runs: list[tuple[Part, RunResult]], result: RewardResult, tests: str,
-               rerun: tuple[Part, RunResult] | None = None) -> None:
+               rerun: tuple[Part, RunResult] | None = None, timeout_s: float = 0.0) -> None:
         if any(run.status == "timeout" for _, run in runs):
-            result.status, result.detail = "timeout", f"the tests ran past {self.timeout_s:g} s"
+            result.status, result.detail = "timeout", f"the tests ran past {timeout_s or self.timeout_s:g} s"
             result.fail_to_pass = dict.fromkeys(task.FAIL_TO_PASS, "timeout")
             result.pass_to_pass = dict.fromkeys(task.PASS_TO_PASS, "timeout")
             return
@@ -625,28 +626,39 @@ class Scorer:
 
     # -- canaries -----------------------------------------------------------------------------------
 
-    def calibrate(self, task: Task) -> Task:
+    def calibrate(self, task: Task, *, timeout_s: float | None = None) -> Task:
         """``task`` with the canaries scoring will use in its ``validation`` record: the twins of
         its hidden tests (``taskforge.repo.canaries``) that the gold patch fails, each run once
         beside its test under another name in a fresh container. Mining calls it before the
-        gate's verdict, so the gate's gold run already has them."""
+        gate's verdict, so the gate's gold run already has them.
+
+        An input twin feeds the code a value its test never did, and that can make it loop (a
+        count that never ends): when the run of every twin does not finish in ``timeout_s``, it
+        runs again without the input twins, and then without any."""
         state = self._state(task)
         hidden = {rel: text for rel, text in state.hidden.items() if text is not None}
         twins = make_twins(hidden, task.FAIL_TO_PASS, others=task.PASS_TO_PASS, seed=task.instance_id)
         kept: list[Twin] = []
         if twins:
             prepared = self._prepare(task, state, task.patch)
-            changes = dict(prepared.changes)
-            placed: list[tuple[Twin, list[str]]] = []
-            for number, twin in enumerate(twins):
-                name = f"{twin.name}_canary_{number}"
-                text = changes[twin.file]
-                assert text is not None
-                changes[twin.file] = place_twin(text.decode(), twin, name=name).encode()
-                placed.append((twin, twin_ids(twin, name)))
-            run = self._run(task, state, changes, prepared.kept, [i for _, ids in placed for i in ids])
-            streamed = run.stream.outcomes if run.stream is not None else {}
-            kept = [twin for twin, ids in placed if all(streamed.get(i) == "failed" for i in ids)]
+            for tried in (twins, [t for t in twins if t.kind != "input"]):
+                if not tried:
+                    break
+                changes = dict(prepared.changes)
+                placed: list[tuple[Twin, list[str]]] = []
+                for number, twin in enumerate(tried):
+                    name = f"{twin.name}_canary_{number}"
+                    text = changes[twin.file]
+                    assert text is not None
+                    changes[twin.file] = place_twin(text.decode(), twin, name=name).encode()
+                    placed.append((twin, twin_ids(twin, name)))
+                run = self._run(task, state, changes, prepared.kept, [i for _, ids in placed for i in ids],
+                                timeout_s or self.timeout_s)
+                if run.status == "timeout":
+                    continue
+                streamed = run.stream.outcomes if run.stream is not None else {}
+                kept = [twin for twin, ids in placed if all(streamed.get(i) == "failed" for i in ids)]
+                break
         validation = json.loads(task.validation or "{}")
         validation["canaries"] = [twin.to_json() for twin in kept]
         return replace(task, validation=json.dumps(validation, sort_keys=True))
