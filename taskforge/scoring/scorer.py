@@ -94,9 +94,10 @@ GUARD_MODULE = "taskforge_pytest_guard"
 _GUARD_SOURCE = guest.source_path("guard")
 _MAX_PATCH_BYTES = 8 * 1024 * 1024
 _MAX_GUARDED_FILES = 400
-_MAX_RERUN = 10
-"""At most this many PASS_TO_PASS tests that failed beside an otherwise clean scoring are run again
-(a test that depends on timing fails under load; a candidate that breaks more is not retried)."""
+_MAX_AGAIN = 10
+"""A scoring whose only failures are at most this many PASS_TO_PASS tests, and that is clean
+otherwise, is scored once more in full (a test that depends on timing fails under load; a
+candidate that breaks more is not scored again)."""
 _FACTS_SCRIPT = r"""
 import importlib.metadata as m, json, re
 plugins = sorted({(ep.name, ep.module) for ep in m.entry_points(group="pytest11")})
@@ -392,17 +393,12 @@ class Scorer:
             return
         testing = time.monotonic()
         selected = [*task.FAIL_TO_PASS, *(task.PASS_TO_PASS if tests == "all" else ())]
-        plan = plan_runs(task, prepared.changes, selected)
         try:
-            if len(plan) == 1:
-                runs = [self._run(task, state, plan[0].changes, prepared.kept, plan[0].select, timeout_s)]
-            else:
-                with ThreadPoolExecutor(max_workers=len(plan), thread_name_prefix="taskforge-split") as split:
-                    futures = [split.submit(self._run, task, state, part.changes, prepared.kept, part.select, timeout_s)
-                               for part in plan]
-                    runs = [future.result() for future in futures]
-            pairs = list(zip(plan, runs, strict=True))
-            rerun = self._rerun_failed(task, state, prepared, pairs, timeout_s) if tests == "all" else None
+            pairs = self._runs(task, state, prepared, selected, timeout_s)
+            again = _worth_scoring_again(task, pairs) if tests == "all" else []
+            if again:
+                # A new plan (new halves, new twins), judged whole: the first scoring's runs do not count.
+                pairs = self._runs(task, state, prepared, selected, timeout_s)
         except TestRunError as err:  # the report does not carry this run's nonce
             result.status, result.detail = "tampered", f"{err}"
             result.tampering.append(f"report: {err}")
@@ -412,37 +408,24 @@ class Scorer:
             return
         finally:
             result.test_s = time.monotonic() - testing
-        self._judge(task, pairs, result, tests, rerun=rerun, timeout_s=timeout_s)
+        self._judge(task, pairs, result, tests, timeout_s=timeout_s)
+        if again and result.status == "ok":
+            note = (f"scored twice: {len(again)} PASS_TO_PASS test(s) failed in a first scoring that was otherwise "
+                    f"clean (first: {again[0]})")
+            result.detail = f"{note}; {result.detail}" if result.detail else note
 
-    def _rerun_failed(self, task: Task, state: _TaskState, prepared: _Prepared,
-                      pairs: list[tuple[Part, RunResult]], timeout_s: float) -> tuple[Part, RunResult] | None:
-        """A second run, alone in a fresh container, of the few PASS_TO_PASS tests that failed in a
-        scoring that is otherwise clean (no timeout, nothing that looks like tampering, every
-        FAIL_TO_PASS test passed as itself): a test that depends on timing can fail when the machine
-        is loaded. None when there is nothing to run again.
-
-        This gives a forger nothing: the rerun has the guard, the outcome stream and the exit
-        checks, and it only happens after both runs with canaries came out clean, when the
-        candidate's FAIL_TO_PASS tests already passed."""
-        if any(run.status == "timeout" for _, run in pairs):
-            return None
-        fail_to_pass = set(task.FAIL_TO_PASS)
-        failed: set[str] = set()
-        for part, run in pairs:
-            verdict = judge_run(run, part.select, canaries=part.canaries)
-            if verdict.tampering:
-                return None
-            for test, outcome in verdict.outcomes.items():
-                if test in part.canaries or outcome == "passed":
-                    continue
-                if test in fail_to_pass:
-                    return None
-                failed.add(test)
-        if not failed or len(failed) > _MAX_RERUN:
-            return None
-        select = sorted(failed)
-        part = Part(changes=prepared.changes, select=select, canaries=frozenset())
-        return part, self._run(task, state, prepared.changes, prepared.kept, select, timeout_s)
+    def _runs(self, task: Task, state: _TaskState, prepared: _Prepared, selected: list[str],
+              timeout_s: float) -> list[tuple[Part, RunResult]]:
+        """One scoring's runs (``plan_runs``: two at once with canaries), each with what it ran."""
+        plan = plan_runs(task, prepared.changes, selected)
+        if len(plan) == 1:
+            runs = [self._run(task, state, plan[0].changes, prepared.kept, plan[0].select, timeout_s)]
+        else:
+            with ThreadPoolExecutor(max_workers=len(plan), thread_name_prefix="taskforge-split") as split:
+                futures = [split.submit(self._run, task, state, part.changes, prepared.kept, part.select, timeout_s)
+                           for part in plan]
+                runs = [future.result() for future in futures]
+        return list(zip(plan, runs, strict=True))
 
     def _state(self, task: Task) -> _TaskState:
         key = f"{task.instance_id}@{task.base_commit}"
@@ -566,7 +549,7 @@ class Scorer:
                 self.pool.discard(held)
 
     def _judge(self, task: Task, runs: list[tuple[Part, RunResult]], result: RewardResult, tests: str,
-               rerun: tuple[Part, RunResult] | None = None, timeout_s: float = 0.0) -> None:
+               timeout_s: float = 0.0) -> None:
         if any(run.status == "timeout" for _, run in runs):
             result.status, result.detail = "timeout", f"the tests ran past {timeout_s or self.timeout_s:g} s"
             result.fail_to_pass = dict.fromkeys(task.FAIL_TO_PASS, "timeout")
@@ -584,14 +567,6 @@ class Scorer:
             tampering += verdict.tampering
             if not verdict.exit_ok:
                 exits.append(f"pytest exited {run.exit_code}")
-        flaky: list[str] = []
-        if rerun is not None and rerun[1].status != "timeout":
-            again = judge_run(rerun[1], rerun[0].select)
-            tampering += again.tampering
-            if not again.exit_ok:
-                exits.append(f"pytest exited {rerun[1].exit_code} on the rerun")
-            flaky = [t for t, o in again.outcomes.items() if o == "passed" and outcomes.get(t) != "passed"]
-            outcomes.update(dict.fromkeys(flaky, "passed"))
         result.fail_to_pass = {t: outcomes.get(t, "missing") for t in task.FAIL_TO_PASS}
         if tests == "all":
             result.pass_to_pass = {t: outcomes.get(t, "missing") for t in task.PASS_TO_PASS}
@@ -599,9 +574,6 @@ class Scorer:
             result.tampering += tampering
             result.status, result.detail = "tampered", tampering[0]
             return
-        if flaky:
-            result.detail = (f"{len(flaky)} PASS_TO_PASS test(s) failed, then passed alone in a fresh container "
-                             f"(timing or load; first: {flaky[0]})")
         hit = sorted({limit for _, run in runs for limit in run.limits_hit})
         if hit:
             result.detail = f"the run hit the sandbox's {', '.join(hit)} limit"
@@ -737,3 +709,31 @@ def gate_scorer(backend: SandboxBackend, limits: SandboxLimits, timeout_s: float
     mining executors, so mining never imports scoring."""
     return Scorer(backend=backend, limits=limits, timeout_s=timeout_s)
 
+
+def _worth_scoring_again(task: Task, pairs: list[tuple[Part, RunResult]]) -> list[str]:
+    """The PASS_TO_PASS tests that failed in a scoring that is clean otherwise, when they are few
+    (at most ``_MAX_AGAIN``); else none. Clean: no run timed out, every run's session ended with
+    the exit status pytest gave, with the guard's record and a report, nothing in any run looks
+    like tampering, every FAIL_TO_PASS test passed as itself, and each failed test was *reported*
+    failed or errored (a test that never ran is not a failure of the machine's load).
+
+    The second scoring is a whole new one (new halves, new twins) and alone decides: it has the
+    shape of the first, so a candidate cannot behave well only there, and a forger that got
+    through the first already had what it wanted."""
+    fail_to_pass = set(task.FAIL_TO_PASS)
+    failed: set[str] = set()
+    for part, run in pairs:
+        stream = run.stream
+        if (run.status == "timeout" or stream is None or stream.finish is None or stream.finish != run.exit_code
+                or stream.guard is None or not run.has_report):
+            return []
+        verdict = judge_run(run, part.select, canaries=part.canaries)
+        if verdict.tampering:
+            return []
+        for test, outcome in verdict.outcomes.items():
+            if test in part.canaries or outcome == "passed":
+                continue
+            if test in fail_to_pass or outcome not in ("failed", "error"):
+                return []
+            failed.add(test)
+    return sorted(failed) if len(failed) <= _MAX_AGAIN else []

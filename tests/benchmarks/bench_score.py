@@ -245,25 +245,39 @@ def _throughput(tasks: Sequence[Task], *, backend: SandboxBackend, limits: Sandb
     return report
 
 
-def _on_this_engine(tasks: list[Task], backend: SandboxBackend) -> list[Task]:
+def _on_this_engine(tasks: list[Task], backend: SandboxBackend, *, skip_unbuildable: bool = False) -> list[Task]:
     """The tasks, each naming an environment image this engine has: a task whose image is missing
     (the committed sample names the image as the machine that mined it built it; the base image,
-    debootstrapped, differs from machine to machine) gets its repository's environment built here."""
+    debootstrapped, differs from machine to machine) gets its repository's environment built here,
+    with the task's own pytest arguments kept. ``skip_unbuildable``: a repository whose environment
+    cannot be built here is left out, with why, instead of ending the run."""
     from dataclasses import replace
 
+    from taskforge.errors import TaskforgeError
     from taskforge.repo.environment import build_environment
     from taskforge.repo.sources import fetch
     from taskforge.sandbox.base_image import current_base
 
-    built: dict[str, Environment] = {}
+    built: dict[str, Environment | None] = {}
     out = []
     for task in tasks:
         if not backend.image_exists(task.image_name):
             if task.source not in built:
-                built[task.source] = build_environment(fetch(task.source), backend=backend, base=current_base(backend))
-                print(f"{task.image_name} is not on this engine: built {built[task.source].image} for {task.source}")
+                try:
+                    built[task.source] = build_environment(fetch(task.source), backend=backend, base=current_base(backend))
+                except TaskforgeError as err:
+                    if not skip_unbuildable:
+                        raise
+                    built[task.source] = None
+                    print(f"{task.source}: left out, its environment cannot be built here: {str(err)[:300]}")
+                else:
+                    print(f"{task.image_name} is not on this engine: built {built[task.source].image} for {task.source}")
             env = built[task.source]
-            task = replace(task, image_name=env.image, environment=json.dumps(env.to_json()))
+            if env is None:
+                continue
+            recorded = json.loads(task.environment or "{}")
+            task = replace(task, image_name=env.image, environment=json.dumps(
+                {**env.to_json(), "pytest_args": recorded.get("pytest_args", list(env.pytest_args))}))
         out.append(task)
     return out
 

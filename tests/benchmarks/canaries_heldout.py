@@ -40,7 +40,7 @@ def main() -> None:
     wanted = {r for r in args.repos.split(",") if r}
     tasks = [t for repo, group in by_repo.items() if not wanted or repo in wanted for t in group[: args.per_repo]]
     backend = open_backend("docker")
-    tasks = _on_this_engine(tasks, backend)  # environments a dataset from another machine names are built here
+    tasks = _on_this_engine(tasks, backend, skip_unbuildable=True)  # environments a dataset from another machine names are built here
     rows = []
     began = time.monotonic()
     with Scorer(backend=backend, limits=SandboxLimits.load(), timeout_s=600, concurrency=2) as scorer:

@@ -463,19 +463,21 @@ def _with_extra_test(task: Task, suffix: str, body: str) -> tuple[Task, str]:
                    PASS_TO_PASS=[*task.PASS_TO_PASS, nodeid]), nodeid
 
 
-def test_a_pass_to_pass_test_that_fails_under_load_is_run_again_alone(contexts, scorer) -> None:  # type: ignore[no-untyped-def]
-    """A PASS_TO_PASS test that fails beside the others but passes alone (as a timing test does on a
-    loaded machine) does not cost a correct candidate its reward: it runs again, alone, in a fresh
-    container. One that fails alone too still does."""
+def test_a_scoring_that_fails_a_few_pass_to_pass_tests_is_scored_again_whole(contexts, scorer) -> None:  # type: ignore[no-untyped-def]
+    """A scoring whose only failures are a few PASS_TO_PASS tests (a timing test on a loaded
+    machine) is scored once more, whole: a new plan with new twins, which alone decides. A test
+    that fails beside the others fails there again, as one that always fails does: the second
+    scoring has the shape of the first, so nothing passes there that did not pass in a scoring."""
     task = contexts["iniconfig"].task
     crowd, crowd_id = _with_extra_test(task, "crowd", "def test_crowd(request):\n"
                                        "    assert len(request.session.items) <= 2, 'too slow beside the others'\n")
-    result = scorer.score(crowd, crowd.patch)
-    assert (result.reward, result.status) == (1.0, "ok"), (result.detail, result.tampering)
-    assert result.pass_to_pass[crowd_id] == "passed"
-    assert "passed alone in a fresh container" in result.detail and crowd_id in result.detail
-    broken, broken_id = _with_extra_test(task, "fails", "def test_fails():\n    assert False, 'broken'\n")
-    result = scorer.score(broken, broken.patch)
-    assert (result.reward, result.status) == (0.0, "ok"), (result.detail, result.tampering)
-    assert result.pass_to_pass[broken_id] == "failed" and "passed alone" not in result.detail
-    assert all(o == "passed" for o in result.fail_to_pass.values())
+    fails, fails_id = _with_extra_test(task, "fails", "def test_fails():\n    assert False, 'broken'\n")
+    for changed, nodeid in ((crowd, crowd_id), (fails, fails_id)):
+        result = scorer.score(changed, changed.patch)
+        assert (result.reward, result.status) == (0.0, "ok"), (result.detail, result.tampering)
+        assert result.pass_to_pass[nodeid] == "failed"
+        assert result.detail.startswith("scored twice: 1 PASS_TO_PASS test(s) failed") and nodeid in result.detail
+        assert all(o == "passed" for o in result.fail_to_pass.values())
+    # The gold patch as mined is scored once.
+    gold = scorer.score(task, task.patch)
+    assert (gold.reward, gold.status, gold.detail) == (1.0, "ok", "")

@@ -74,3 +74,33 @@ def test_the_guards_record_and_the_report_must_arrive_when_the_session_ends() ->
     assert any("no report was written" in t for t in judge_run(unreported, ["t1"]).tampering)
     twice = parse_stream(_lines({"guard": []}, {"guard": []}))
     assert twice.faults == ("the guard reported twice",)
+
+
+def test_only_a_clean_scoring_with_a_few_reported_failures_is_scored_again() -> None:
+    """``_worth_scoring_again``: a scoring whose only failures are a few PASS_TO_PASS tests, each
+    reported failed, in sessions that ended with the guard's record and a report, is scored once
+    more in full; anything else is judged as it is (the independent red team's early exit, which
+    leaves tests unrun and the guard's record unsent, among them)."""
+    from taskforge.datasets.testing import task_rows
+    from taskforge.scoring.scorer import _worth_scoring_again
+    from taskforge.scoring.verdict import Part
+    from taskforge.task import Task
+
+    task = replace(Task.from_row(task_rows(1)[0]), FAIL_TO_PASS=("f1",), PASS_TO_PASS=("p1", "p2"))
+
+    def scoring(outcomes: dict[str, str], *, finish: int | None = 1, guard: bool = True) -> list[tuple[Part, RunResult]]:
+        records: list[object] = [{"t": t, "o": o} for t, o in outcomes.items() if o != "missing"]
+        records += [{"guard": []}] if guard else []
+        records += [{"finish": finish}] if finish is not None else []
+        exit_code = 0 if all(o == "passed" for o in outcomes.values()) else 1
+        run = _run(_lines(*records), {t: o for t, o in outcomes.items() if o != "missing"}, exit_code)
+        return [(Part(changes={}, select=list(outcomes), canaries=frozenset()), run)]
+
+    assert _worth_scoring_again(task, scoring({"f1": "passed", "p1": "failed", "p2": "passed"})) == ["p1"]
+    assert _worth_scoring_again(task, scoring({"f1": "passed", "p1": "passed", "p2": "passed"})) == []
+    assert _worth_scoring_again(task, scoring({"f1": "failed", "p1": "failed", "p2": "passed"})) == []
+    # A session cut short: tests that never ran, no end, no guard record.
+    assert _worth_scoring_again(task, scoring({"f1": "passed", "p1": "failed", "p2": "missing"}, finish=None,
+                                              guard=False)) == []
+    assert _worth_scoring_again(task, scoring({"f1": "passed", "p1": "failed", "p2": "missing"})) == []
+    assert _worth_scoring_again(task, scoring({"f1": "passed", "p1": "failed", "p2": "passed"}, guard=False)) == []
