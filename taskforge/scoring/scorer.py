@@ -558,8 +558,10 @@ class Scorer:
         outcomes: dict[str, str] = {}
         tampering: list[str] = []
         exits: list[str] = []
+        twins_passed: list[str] = []
         for part, run in runs:
             verdict = judge_run(run, part.select, canaries=part.canaries)
+            twins_passed += verdict.canaries_passed
             for test, outcome in verdict.outcomes.items():
                 # A test that runs as itself in both runs must pass in both.
                 if test not in part.canaries and outcomes.get(test, "passed") == "passed":
@@ -567,6 +569,10 @@ class Scorer:
             tampering += verdict.tampering
             if not verdict.exit_ok:
                 exits.append(f"pytest exited {run.exit_code}")
+        # A twin that passed in the place of a test that passes as itself: the same code passed the
+        # check and its opposite (a forged pass). Beside a test that fails, it is a wrong answer.
+        tampering = [f"canary: a twin of {t} with its check altered passed in the place of the test"
+                     for t in twins_passed if outcomes.get(t) == "passed"] + tampering
         result.fail_to_pass = {t: outcomes.get(t, "missing") for t in task.FAIL_TO_PASS}
         if tests == "all":
             result.pass_to_pass = {t: outcomes.get(t, "missing") for t in task.PASS_TO_PASS}
@@ -728,7 +734,7 @@ def _worth_scoring_again(task: Task, pairs: list[tuple[Part, RunResult]]) -> lis
                 or stream.guard is None or not run.has_report):
             return []
         verdict = judge_run(run, part.select, canaries=part.canaries)
-        if verdict.tampering:
+        if verdict.tampering or verdict.canaries_passed:
             return []
         for test, outcome in verdict.outcomes.items():
             if test in part.canaries or outcome == "passed":

@@ -16,6 +16,8 @@ from taskforge.task import Task
 
 __all__ = ["Part", "RunVerdict", "judge_run", "plan_runs", "task_canaries"]
 
+_NOT_FAILURES = frozenset({"passed", "skipped", "xfailed", "xpassed"})
+"""Outcomes after which pytest still exits 0 (a strict xfail that passes is reported failed)."""
 GUARD_PROPERTY = "taskforge.guard"
 TAMPERED_PROPERTY = "taskforge.tampered"
 
@@ -88,8 +90,13 @@ class RunVerdict:
     all_passed: bool
     """Whether every selected test but the canaries passed."""
     exit_ok: bool
-    """Whether pytest exited as its outcomes say it should: 0 when every test passed, else 1."""
+    """Whether pytest exited as its outcomes say it should: 0 when no test failed, errored or went
+    missing, else 1."""
     tampering: list[str]
+    canaries_passed: list[str]
+    """The tests whose twin passed in their place: tampering if the test passes as itself in the
+    other run (``Scorer._judge``); a wrong implementation can pass a twin while failing its test
+    (a negated check holds when the code is wrong), and that is no forgery."""
 
 
 def judge_run(run: RunResult, selected: list[str], *, canaries: frozenset[str] = frozenset()) -> RunVerdict:
@@ -111,10 +118,11 @@ def judge_run(run: RunResult, selected: list[str], *, canaries: frozenset[str] =
     else:
         outcomes = {t: reported(t) for t in selected}
     all_passed = all(o == "passed" for t, o in outcomes.items() if t not in canaries)
-    every_passed = all(o == "passed" for o in outcomes.values())
-    tampering = [f"canary: a twin of {t} with its check altered {o} in the place of the test"
-                 for t, o in outcomes.items() if t in canaries and o in ("passed", "xpassed")]
-    tampering += [value for name, value in run.properties if name == TAMPERED_PROPERTY]
+    # pytest exits 0 when no test failed or errored: a skip or an expected failure is no failure to
+    # it (a test the candidate's code makes skip is a test not passed, not a forged exit).
+    clean_exit = all(o in _NOT_FAILURES for o in outcomes.values())
+    canaries_passed = [t for t, o in outcomes.items() if t in canaries and o in ("passed", "xpassed")]
+    tampering = [value for name, value in run.properties if name == TAMPERED_PROPERTY]
     if run.has_report and (GUARD_PROPERTY, "1") not in run.properties:
         tampering.append("report: the scoring guard did not see the session end")
     if stream is not None:
@@ -135,8 +143,8 @@ def judge_run(run: RunResult, selected: list[str], *, canaries: frozenset[str] =
                 tampering += [f"guard: {finding}" for finding in stream.guard]
             if not run.has_report:
                 tampering.append("report: the session ended but no report was written")
-    if run.exit_code == 0 and not every_passed:
-        what = "no report" if not run.has_report else f"{sum(o != 'passed' for o in outcomes.values())} selected tests not passed"
+    if run.exit_code == 0 and not clean_exit:
+        what = "no report" if not run.has_report else f"{sum(o not in _NOT_FAILURES for o in outcomes.values())} selected tests failed or missing"
         tampering.append(f"exit: pytest exited 0 with {what}")
-    return RunVerdict(outcomes=outcomes, all_passed=all_passed, exit_ok=run.exit_code == (0 if every_passed else 1),
+    return RunVerdict(outcomes=outcomes, all_passed=all_passed, canaries_passed=canaries_passed, exit_ok=run.exit_code == (0 if clean_exit else 1),
                       tampering=tampering)

@@ -53,7 +53,10 @@ def test_judge_takes_outcomes_from_the_stream_and_holds_the_report_to_it() -> No
 
     canary = _run(_lines({"t": "t1", "o": "passed"}, {"t": "c1", "o": "passed"}, {"guard": []}, {"finish": 0}),
                   {"t1": "passed", "c1": "passed"}, 0)
-    assert judge_run(canary, ["t1", "c1"], canaries=frozenset({"c1"})).tampering[0].startswith("canary:")
+    # A twin that passed is reported; whether it is tampering depends on its test in the other run
+    # (Scorer._judge: the test passed as itself too).
+    passed_twin = judge_run(canary, ["t1", "c1"], canaries=frozenset({"c1"}))
+    assert passed_twin.canaries_passed == ["c1"] and passed_twin.tampering == []
 
     stray = _run(_lines({"t": "t1", "o": "passed"}, {"t": "zz", "o": "passed"}, {"guard": []}, {"finish": 0}),
                  {"t1": "passed"}, 0)
@@ -104,3 +107,16 @@ def test_only_a_clean_scoring_with_a_few_reported_failures_is_scored_again() -> 
                                               guard=False)) == []
     assert _worth_scoring_again(task, scoring({"f1": "passed", "p1": "failed", "p2": "missing"})) == []
     assert _worth_scoring_again(task, scoring({"f1": "passed", "p1": "failed", "p2": "passed"}, guard=False)) == []
+
+
+def test_exit_zero_with_a_skip_is_no_forgery_but_with_a_failure_it_is() -> None:
+    """pytest exits 0 when tests skip: a test the candidate's code makes skip is not passed (the
+    reward counts it so), but it is no sign of a forged exit status (a false ``tampered`` on
+    jsonpickle's held-out task, whose ecdsa test skips where ecdsa is not installed)."""
+    skipped = _run(_lines({"t": "t1", "o": "passed"}, {"t": "t2", "o": "skipped"}, {"guard": []}, {"finish": 0}),
+                   {"t1": "passed", "t2": "skipped"}, 0)
+    verdict = judge_run(skipped, ["t1", "t2"])
+    assert verdict.tampering == [] and verdict.exit_ok and not verdict.all_passed
+    failed = _run(_lines({"t": "t1", "o": "passed"}, {"t": "t2", "o": "failed"}, {"guard": []}, {"finish": 0}),
+                  {"t1": "passed", "t2": "failed"}, 0)
+    assert any(t.startswith("exit: pytest exited 0 with 1 selected tests failed") for t in judge_run(failed, ["t1", "t2"]).tampering)
