@@ -96,15 +96,14 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
     if first.status == "collection_errors":
         # Test modules that do not even import in the unmodified project (a settings module the
         # sdist left out), beside others that run: every later run leaves them out (--ignore).
-        ignored = tuple(sorted({error.location.split("::", 1)[0] for error in first.collection_errors}))
-        before = runner.extra_args
-        runner.extra_args = (*before, *(f"--ignore={location}" for location in ignored))
+        broken = sorted({error.location.split("::", 1)[0] for error in first.collection_errors})
+        leave_out = [f"--ignore={location}" for location in broken]
         result.runs += 1
-        second = runner.run(coverage=True, imports=sorted(index.modules), env={"PYTHONHASHSEED": str(seeds[0])})
-        if second.status in ("ok", "tests_failed"):
-            first = second
-        else:  # nothing left that runs: the first run's error says why
-            runner.extra_args, ignored = before, ()
+        second = runner.run(coverage=True, imports=sorted(index.modules), env={"PYTHONHASHSEED": str(seeds[0])},
+                            extra_args=leave_out)
+        if second.status in ("ok", "tests_failed"):  # else nothing left runs: the first run's error says why
+            first, ignored = second, tuple(broken)
+            runner.need_args(*leave_out)
     fresh = [first]
     fresh += [runner.run(env={"PYTHONHASHSEED": str(seed)}, fork_server=False) for seed in seeds[1:]]
     result.runs += runs

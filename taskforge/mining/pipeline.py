@@ -115,9 +115,6 @@ def _mine_repository(
     with SuiteRunner(snapshot, env, backend=backend, limits=limits, timeout_s=config.timeout_s) as runner:
         with stage("index"):
             layout = runner.layout()  # where the project's pytest configuration puts its tests
-            if runner.plugins_off:  # plugins that do not fit this pytest: off in every later run, scoring's too
-                env = replace(env, pytest_args=(*env.pytest_args, *(a for p in runner.plugins_off for a in ("-p", f"no:{p}"))))
-                result.plugins_off = list(runner.plugins_off)
             index = build_index(snapshot.path, package_paths=env.package_paths, layout=layout)
             interfaces = interface_names(env.wheelhouse, own=env.package_paths)
         # The LLM agent's run_tests tool runs in the warm container too.
@@ -128,9 +125,10 @@ def _mine_repository(
         result.seed_dependent = len(baseline.seed_dependent)
         result.load_sensitive = len(baseline.load_sensitive)
         runner.timeout_s = result.run_timeout_s = run_timeout(baseline.seconds, config.timeout_s)
-        if baseline.ignored:  # test modules broken in the project itself: left out everywhere, scoring too
-            env = replace(env, pytest_args=(*env.pytest_args, *(f"--ignore={m}" for m in baseline.ignored)))
-            result.ignored = list(baseline.ignored)
+        # A plugin that does not fit this pytest, a test module broken in the project itself: what
+        # the runner found every run needs goes into the tasks' environment, for scoring too.
+        env = replace(env, pytest_args=(*env.pytest_args, *runner.found_args))
+        result.plugins_off, result.ignored = list(runner.plugins_off), list(baseline.ignored)
         result.fork_server = baseline.fork_server
         with stage("discover"):
             candidates = find_candidates(

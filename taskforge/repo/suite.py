@@ -344,6 +344,9 @@ class SuiteRunner:
         self.fork_server = fork_server
         self.plugins_off: list[str] = []
         """Installed pytest plugins that ``layout`` found do not fit this pytest, now off (``-p no:``)."""
+        self.found_args: tuple[str, ...] = ()
+        """Arguments this runner found every run of the project needs (``need_args``), beyond the
+        environment's: the environment's ``pytest_args`` for runs elsewhere (validation, scoring)."""
 
     def __enter__(self) -> SuiteRunner:
         return self
@@ -355,6 +358,11 @@ class SuiteRunner:
         if self._box is not None:
             self._box.close()
             self._box = None
+
+    def need_args(self, *args: str) -> None:
+        """Add ``args`` to every later run, and to ``found_args``."""
+        self.extra_args = (*self.extra_args, *args)
+        self.found_args = (*self.found_args, *args)
 
     def release(self) -> Sandbox | None:
         """The container this runner holds, which the caller now owns (to close it): the runner
@@ -400,7 +408,7 @@ class SuiteRunner:
             if plugin is None or plugin in self.plugins_off:
                 break
             self.plugins_off.append(plugin)
-            self.extra_args = (*self.extra_args, "-p", f"no:{plugin}")
+            self.need_args("-p", f"no:{plugin}")
         raise TestRunError(f"pytest could not read the configuration of {self.snapshot.source}: "
                            f"{_last_line(run.output_tail)}", reason="pytest_config_unreadable")
 

@@ -549,9 +549,9 @@ class Scorer:
                 self.pool.discard(held)
 
     def _judge(self, task: Task, runs: list[tuple[Part, RunResult]], result: RewardResult, tests: str,
-               timeout_s: float = 0.0) -> None:
+               timeout_s: float) -> None:
         if any(run.status == "timeout" for _, run in runs):
-            result.status, result.detail = "timeout", f"the tests ran past {timeout_s or self.timeout_s:g} s"
+            result.status, result.detail = "timeout", f"the tests ran past {timeout_s:g} s"
             result.fail_to_pass = dict.fromkeys(task.FAIL_TO_PASS, "timeout")
             result.pass_to_pass = dict.fromkeys(task.PASS_TO_PASS, "timeout")
             return
@@ -619,9 +619,8 @@ class Scorer:
         kept: list[Twin] = []
         if twins:
             prepared = self._prepare(task, state, task.patch)
-            for tried in (twins, [t for t in twins if t.kind != "input"]):
-                if not tried:
-                    break
+            safer = [t for t in twins if t.kind != "input"]
+            for tried in [twins, safer] if safer and len(safer) < len(twins) else [twins]:
                 changes = dict(prepared.changes)
                 placed: list[tuple[Twin, list[str]]] = []
                 for number, twin in enumerate(tried):
