@@ -78,9 +78,9 @@ class Twin:
     name: str
     """The function's name; the twin's ``source`` defines it under this name too."""
     kind: str
-    """``value`` (an expected value altered), ``input`` (an input value altered, the checks kept: for
-    a test whose checks hold no value), ``negated`` (the last check negated) or ``plain`` (the test
-    as written, then a failure: the last resort)."""
+    """``value`` (an expected value altered), ``raises`` (another exception expected), ``input`` (an
+    input value altered, the checks kept: for a test whose checks hold no value), ``negated`` (the
+    last check negated) or ``plain`` (the test as written, then a failure: the last resort)."""
     source: str
     """The twin's lines, decorators included, indented as the original's."""
 
@@ -235,6 +235,73 @@ def _other(value: Any, vocabulary: Mapping[type, list[Any]], rng: random.Random)
     return _NOT_LITERAL
 
 
+def _words(value: str | bytes) -> set[str]:
+    text = value.decode("utf-8", "ignore") if isinstance(value, bytes) else value
+    return set(re.findall(r"\w+", text))
+
+
+def _evidence(function: ast.AST, skip: set[int]) -> tuple[set[str], set[Any]]:
+    """What a reader sees in a test besides its expected values (the nodes of ``skip``): the
+    words of its strings and names, and its numbers. An expected value made of them reads as
+    *explained* by the test's own data."""
+    words: set[str] = set()
+    numbers: set[Any] = set()
+    for node in ast.walk(function):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
+            if isinstance(node.value, str | bytes):
+                words |= _words(node.value)
+            elif isinstance(node.value, int | float):
+                numbers.add(node.value)
+        elif isinstance(node, ast.Attribute):
+            words.add(node.attr)
+        elif isinstance(node, ast.Name):
+            words.add(node.id)
+        elif isinstance(node, ast.keyword) and node.arg:
+            words.add(node.arg)
+    return words, numbers
+
+
+def _explained(value: Any, evidence: tuple[set[str], set[Any]]) -> bool:
+    words, numbers = evidence
+    if isinstance(value, bool) or value is None:
+        return True
+    if isinstance(value, int | float):
+        return value in numbers or -value in numbers
+    if isinstance(value, str | bytes):
+        found = _words(value)
+        return bool(found) and found <= words
+    return True
+
+
+def _alike(value: Any, evidence: tuple[set[str], set[Any]], pools: Sequence[Mapping[type, list[Any]]],
+           rng: random.Random) -> Any:
+    """Another scalar for the expected ``value`` that a reader cannot tell from it by the test's
+    own data: explained by it exactly when ``value`` is (a test whose answer is among its inputs
+    gets a wrong answer among its inputs; one whose answer is computed, a computed-looking one).
+    From the test's values first, then the file's, then made up; ``_NOT_LITERAL`` when none fits."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str | bytes):
+        return _NOT_LITERAL
+    want = _explained(value, evidence)
+    made: list[Any]
+    if isinstance(value, int | float):
+        made = [value + 1, value + 2, value - 1, value * 2 + 1, value + 10]
+    elif isinstance(value, str):
+        made = [value + "s", value[:-1], value.upper(), value + "_" + value] if value else ["x"]
+    else:
+        made = [value + b"s", value[:-1], value.upper()] if value else [b"x"]
+    groups = [[v for v in pool.get(type(value), []) if type(v) is type(value)] for pool in pools] + [made]
+    for group in groups:
+        fits = sorted({v for v in group if v != value and (len(v) > 0 if isinstance(v, str | bytes) else True)
+                       and _explained(v, evidence) == want}, key=repr)
+        if isinstance(value, str | bytes) and len(value):
+            fits = [v for v in fits if len(v) == len(value)] or fits
+        if fits:
+            return rng.choice(fits)
+    return _NOT_LITERAL
+
+
 def _in(value: Any, vocabulary: Mapping[type, list[Any]]) -> bool:
     """Whether ``value`` is one of the vocabulary's own (not made up by :func:`_other`)."""
     return isinstance(value, bool) or value in vocabulary.get(type(value), [])
@@ -351,21 +418,29 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
                     source="\n".join(edited[first - 1: last + (len(edited) - len(all_lines))]))
 
     seen: set[str] = set()
-    for site in reversed(_value_sites(function)):
-        if len([t for t in twins if t.kind == "value"]) >= _VALUE_TWINS_PER_TEST:
-            break
+    value_sites = _value_sites(function)
+    evidence = _evidence(function, {id(node) for site in value_sites for node in ast.walk(site)})
+    # Value twins whose altered value reads like the original (explained by the test's own data
+    # exactly when the original is) first; the others only where no site allows one.
+    alike: list[Twin] = []
+    unlike: list[Twin] = []
+    for site in reversed(value_sites):
         value = _literal(site)
-        # The test's own values first (its input data), then the file's.
-        changed = _other(value, local, rng)
-        if changed is _NOT_LITERAL or changed == value or not _in(changed, local):
-            changed = _other(value, vocabulary, rng)
+        changed = _alike(value, evidence, (local, vocabulary), rng)
+        bucket = alike
+        if changed is _NOT_LITERAL:
+            bucket = unlike
+            # The test's own values first (its input data), then the file's.
+            changed = _other(value, local, rng)
+            if changed is _NOT_LITERAL or changed == value or not _in(changed, local):
+                changed = _other(value, vocabulary, rng)
         if changed is _NOT_LITERAL or changed == value:
             continue
-        edited = _edit(all_lines, site, _spell(changed, _segment(all_lines, site)))
-        made = twin("value", edited)
+        made = twin("value", _edit(all_lines, site, _spell(changed, _segment(all_lines, site))))
         if made.source not in seen:
             seen.add(made.source)
-            twins.append(made)
+            bucket.append(made)
+    twins += (alike or unlike)[:_VALUE_TWINS_PER_TEST]
     negated = _negate(all_lines, function)
     if negated is not None:
         made = twin("negated", negated)
@@ -393,12 +468,55 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
             seen.add(made.source)
             twins.append(made)
             made_inputs += 1
-    if not any(t.kind in ("value", "negated") for t in twins):  # the test as written, then a failure
-        indent = all_lines[function.body[0].lineno - 1][: function.body[0].col_offset]
-        words = [w for w in vocabulary.get(str, []) if w.isidentifier()] or ["mismatch"]
-        failing = f"{indent}raise AssertionError({rng.choice(words)!r})"
-        twins.append(twin("plain", [*all_lines[:last], failing, *all_lines[last:]]))
+    # Another exception expected where the test expects one (``pytest.raises(KeyError)`` becomes
+    # ``pytest.raises(TypeError)``): the same text as a test, wrong only to who knows the answer.
+    made_raises = 0
+    for site in _raises_sites(function):
+        if made_raises >= _VALUE_TWINS_PER_TEST:
+            break
+        original = _segment(all_lines, site)
+        pool = [e for e in _raised_in(tree, all_lines) if e != original]
+        builtin = [e for e in _BUILTIN_ERRORS if e != original and e not in pool]
+        for choices in (pool, builtin):
+            if choices:
+                made = twin("raises", _edit(all_lines, site, rng.choice(choices)))
+                if made.source not in seen:
+                    seen.add(made.source)
+                    twins.append(made)
+                    made_raises += 1
+                break
+    # The last resort, kept whatever else there is (calibration may keep no other): the test as
+    # written, then a failure.
+    indent = all_lines[function.body[0].lineno - 1][: function.body[0].col_offset]
+    words = [w for w in vocabulary.get(str, []) if w.isidentifier()] or ["mismatch"]
+    failing = f"{indent}raise AssertionError({rng.choice(words)!r})"
+    twins.append(twin("plain", [*all_lines[:last], failing, *all_lines[last:]]))
     return twins
+
+
+_RAISES_CHECKS = frozenset({"raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp"})
+_BUILTIN_ERRORS = ("ValueError", "TypeError", "KeyError", "IndexError", "AttributeError", "RuntimeError")
+"""Exceptions for a raises twin where the file expects no other (never ``Exception``: it holds most)."""
+
+
+def _raises_sites(node: ast.AST) -> list[ast.expr]:
+    """The exception classes that ``pytest.raises`` / ``assertRaises`` checks under ``node`` expect
+    (a name or a dotted name, not a tuple), in source order; decorators left out."""
+    skip = {id(n) for d in getattr(node, "decorator_list", []) for n in ast.walk(d)}
+    sites = [call.args[0] for call in ast.walk(node) if isinstance(call, ast.Call) and id(call) not in skip
+             and (getattr(call.func, "attr", None) or getattr(call.func, "id", None)) in _RAISES_CHECKS
+             and call.args and isinstance(call.args[0], ast.Name | ast.Attribute)]
+    return sorted(sites, key=lambda n: (n.lineno, n.col_offset))
+
+
+def _raised_in(tree: ast.Module, lines: list[str]) -> list[str]:
+    """The exception names the file's raises checks use (resolvable in it), as written."""
+    found: list[str] = []
+    for site in _raises_sites(tree):
+        text = _segment(lines, site)
+        if text not in found and text not in ("Exception", "BaseException"):
+            found.append(text)
+    return found
 
 
 def make_twins(hidden: Mapping[str, str | None], fail_to_pass: Sequence[str], *, others: Iterable[str] = (),

@@ -54,8 +54,9 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
     rng = random.SystemRandom()
     chosen: dict[str, Twin] = {}
     # The twin that reads most like a test: a value twin where a test has one (it catches an
-    # answer read from the test too), then an input twin, then a negated one, then a plain one.
-    rank = {"value": 0, "input": 1, "negated": 2, "plain": 3}
+    # answer read from the test too), then another exception expected or an input twin, then a
+    # negated one, then a plain one.
+    rank = {"value": 0, "raises": 1, "input": 1, "negated": 2, "plain": 3}
     for twin in sorted(rng.sample(twins, len(twins)), key=lambda t: rank.get(t.kind, 4)):
         chosen.setdefault(twin.test, twin)
     order = list(chosen)

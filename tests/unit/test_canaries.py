@@ -75,7 +75,7 @@ def test_each_twin_changes_one_check_and_nothing_else() -> None:
             continue
         original = ast.get_source_segment(SOURCE, _function(SOURCE, *twin.test.split("::")[1:]))
         assert original is not None
-        if twin.kind == "input":  # one line of input data differs, the checks are the same
+        if twin.kind in ("input", "raises"):  # one line of input data or one exception differs
             assert len(set(twin.source.splitlines()) - set(SOURCE.splitlines())) == 1, twin.source
             continue
         ours = [line.strip() for line in twin.source.splitlines() if line.strip().startswith(("assert", "self.", "def"))]
@@ -106,9 +106,12 @@ def test_parametrized_tests_get_none_and_checkless_ones_a_plain_failure() -> Non
     twins = _twins()
     assert f"{FILE}::test_param[1]" not in {t.test for t in twins}
     checkless = [t for t in twins if t.test == f"{FILE}::test_raises_only"]
-    assert [t.kind for t in checkless] == ["input", "plain"]  # parse("?") gets another input
+    assert [t.kind for t in checkless] == ["input", "raises", "plain"]  # parse("?") gets another input
     assert 'parse("?")' not in checkless[0].source
-    assert checkless[1].source.splitlines()[-1].startswith("    raise AssertionError(")
+    assert "pytest.raises(ValueError)" not in checkless[1].source and 'parse("?")' in checkless[1].source
+    assert checkless[2].source.splitlines()[-1].startswith("    raise AssertionError(")
+    # Every twinned test keeps a plain twin as the last resort: calibration may keep no other.
+    assert {t.test for t in twins} == {t.test for t in twins if t.kind == "plain"}
 
 
 def test_an_inherited_method_is_one_twin_for_every_id_that_runs_it() -> None:
@@ -193,3 +196,51 @@ def test_the_two_runs_of_a_scoring_look_alike_and_never_hold_a_test_with_its_twi
                 name = test.split("::")[-1]
                 assert name in text
             assert (text != SOURCE) == bool(part.canaries)
+
+
+def test_a_raises_check_gets_another_exception_of_the_file_first() -> None:
+    text = textwrap.dedent('''\
+        import pytest
+        from pkg import parse, ParseError
+
+
+        def test_bad():
+            with pytest.raises(KeyError):
+                parse("?")
+
+
+        def test_worse():
+            with pytest.raises(ParseError, match="x"):
+                parse("!")
+    ''')
+    twins = make_twins({FILE: text}, [f"{FILE}::test_bad", f"{FILE}::test_worse"], seed="s")
+    raises = {t.test.split("::")[-1]: t.source for t in twins if t.kind == "raises"}
+    assert "pytest.raises(ParseError)" in raises["test_bad"]  # the file's own exception reads like the file
+    assert 'pytest.raises(KeyError, match="x")' in raises["test_worse"]
+
+
+@pytest.mark.parametrize("seed", ["a", "b", "c", "d"])
+def test_an_altered_value_is_as_explained_by_the_tests_data_as_the_original(seed: str) -> None:
+    """A reader that calls an expected value found among the test's inputs real, and one found
+    nowhere a twin, cannot tell the twins here: the answer 2 of ``1 + 1`` (computed) is altered to
+    another number the test does not hold, the answer 5 of ``pick(3, 5)`` (an input) to another
+    input."""
+    text = textwrap.dedent('''\
+        from pkg import add, pick
+
+
+        def test_add():
+            d = {}
+            d["y"] = 1
+            d["y"] = add(d["y"], 1)
+            assert d["y"] == 2
+
+
+        def test_pick():
+            assert pick(3, 5) == 5
+    ''')
+    twins = make_twins({FILE: text}, [f"{FILE}::test_add", f"{FILE}::test_pick"], seed=seed)
+    value = {t.test.split("::")[-1]: t.source for t in twins if t.kind == "value"}
+    computed = ast.literal_eval(value["test_add"].splitlines()[-1].split("==")[1].strip())
+    assert computed not in (1, 2)
+    assert value["test_pick"].splitlines()[-1].strip() == "assert pick(3, 5) == 3"
