@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from taskforge.repo.text import source_lines
+
 __all__ = ["Twin", "make_twins", "parse_source", "place_twin", "twin_ids"]
 
 _PARSE_LOCK = threading.Lock()
@@ -42,6 +44,15 @@ def parse_source(source: str | bytes) -> ast.Module:
     constructor recursion depth mismatch``."""
     with _PARSE_LOCK:
         return ast.parse(source)
+
+def _parses(source: str) -> bool:
+    """Whether a twin's lines (a function, indented as in its class) are Python."""
+    try:
+        parse_source(f"if 1:\n{source}" if source[:1].isspace() else source)
+    except SyntaxError:
+        return False
+    return True
+
 
 _MAX_FUNCTIONS = 64  # bounds calibration's one run; in scoring a twin replaces its test, so it costs no test
 _VALUE_TWINS_PER_TEST = 2
@@ -408,7 +419,7 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
         return []
     nodeid = tests[0]
     first, last = _span(function)
-    all_lines = text.splitlines()
+    all_lines = source_lines(text)
     twins: list[Twin] = []
     vocabulary = _vocabulary(tree)
     local = _vocabulary(function)
@@ -491,7 +502,7 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
     words = [w for w in vocabulary.get(str, []) if w.isidentifier()] or ["mismatch"]
     failing = f"{indent}raise AssertionError({rng.choice(words)!r})"
     twins.append(twin("plain", [*all_lines[:last], failing, *all_lines[last:]]))
-    return twins
+    return [made for made in twins if _parses(made.source)]
 
 
 _RAISES_CHECKS = frozenset({"raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp"})
@@ -563,8 +574,8 @@ def place_twin(text: str, twin: Twin, *, name: str | None = None) -> str:
     if function is None:
         raise ValueError(f"{twin.test} is not one plain function of {twin.file}")
     first, last = _span(function)
-    lines = text.splitlines()
-    source = twin.source.splitlines()
+    lines = source_lines(text)
+    source = source_lines(twin.source)
     if name is None:
         new = [*lines[: first - 1], *source, *lines[last:]]
     else:
@@ -572,5 +583,10 @@ def place_twin(text: str, twin: Twin, *, name: str | None = None) -> str:
                                  "\n".join(source), count=1, flags=re.M)
         if count != 1:
             raise ValueError(f"no definition of {twin.name} in the twin of {twin.test}")
-        new = [*lines[:last], "", *renamed.splitlines(), *lines[last:]]
-    return "\n".join(new) + ("\n" if text.endswith("\n") else "")
+        new = [*lines[:last], "", *source_lines(renamed), *lines[last:]]
+    placed = "\n".join(new) + ("\n" if text.endswith("\n") else "")
+    try:
+        parse_source(placed)
+    except SyntaxError as err:
+        raise ValueError(f"the twin of {twin.test} does not place as Python: {err}") from None
+    return placed

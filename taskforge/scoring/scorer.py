@@ -627,7 +627,10 @@ class Scorer:
                     name = f"{twin.name}_canary_{number}"
                     text = changes[twin.file]
                     assert text is not None
-                    changes[twin.file] = place_twin(text.decode(), twin, name=name).encode()
+                    try:
+                        changes[twin.file] = place_twin(text.decode(), twin, name=name).encode()
+                    except (ValueError, UnicodeDecodeError):  # a twin that is not Python there: no canary
+                        continue
                     placed.append((twin, twin_ids(twin, name)))
                 run = self._run(task, state, changes, prepared.kept, [i for _, ids in placed for i in ids],
                                 timeout_s or self.timeout_s)

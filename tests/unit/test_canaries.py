@@ -244,3 +244,25 @@ def test_an_altered_value_is_as_explained_by_the_tests_data_as_the_original(seed
     computed = ast.literal_eval(value["test_add"].splitlines()[-1].split("==")[1].strip())
     assert computed not in (1, 2)
     assert value["test_pick"].splitlines()[-1].strip() == "assert pick(3, 5) == 3"
+
+
+def test_a_form_feed_in_a_string_does_not_shift_the_lines_a_twin_is_cut_from() -> None:
+    """``str.splitlines`` splits at a form feed, the ast does not: every function below one was
+    cut a line off, and calibration died on a twin that was not Python (autopep8's test file)."""
+    text = 'S = """a\x0cb"""\n\n\nclass TestT:\n    def test_one(self):\n        x = 1\n' \
+           '        self.assertEqual(f(x), 2)\n\n    def test_two(self):\n        with pytest.raises(KeyError):\n' \
+           '            f("k")\n'
+    ids = [f"{FILE}::TestT::test_one", f"{FILE}::TestT::test_two"]
+    twins = make_twins({FILE: text}, ids, seed="s")
+    assert {t.test for t in twins} == set(ids)
+    for twin in twins:
+        assert twin.source.lstrip().startswith("def test_"), twin.source
+        ast.parse(place_twin(text, twin))
+        ast.parse(place_twin(text, twin, name=f"{twin.name}_canary_0"))
+
+
+def test_a_twin_that_would_not_be_python_is_refused_where_it_is_placed() -> None:
+    twin = next(t for t in _twins() if t.test.endswith("::test_parse"))
+    broken = Twin.from_json({**twin.to_json(), "source": "def test_parse():\n    assert (\n"})
+    with pytest.raises(ValueError, match="does not place as Python"):
+        place_twin(SOURCE, broken)

@@ -335,3 +335,21 @@ def test_a_dependencys_interface_is_no_evidence(tmp_path, monkeypatch) -> None: 
     assert "pkg.check_generated.pytest_generate_tests" in aware.names  # the project's own dotted name stays
     assert "def test_reversing_twice_gives_the_phrase(phrase)" in aware.signatures  # the rest is still searched
     assert aware.ngrams == plain.ngrams  # a copy of the body is found either way
+
+
+def test_removed_lines_are_numbered_as_the_ast_numbers_them_past_a_form_feed() -> None:
+    """A page break (form feed) between functions is one line to the parser and two to
+    ``str.splitlines``: the removed lines must be the ast's, or the interface lines of the
+    fingerprint are off by one below it."""
+    import ast
+
+    from taskforge.mining.audit.fingerprint import _removed_lines
+    from taskforge.repo.text import source_lines
+
+    before = "def a():\n    return 1\n\x0c\ndef b(x):\n    y = x * 2\n    return y + 1\n"
+    after = "def a():\n    return 1\n\x0c\ndef b(x):\n    raise NotImplementedError\n"
+    body = ast.parse(before).body[1].body
+    assert _removed_lines(before, after) == {body[0].lineno, body[1].lineno}
+    assert source_lines(before)[body[0].lineno - 1] == "    y = x * 2"
+    assert "".join(source_lines(before, keepends=True)) == before
+    assert "".join(source_lines("a\nb", keepends=True)) == "a\nb"

@@ -59,6 +59,7 @@ from taskforge.guest.scanner import (
     token_words,
 )
 from taskforge.mining.audit.original import Removed, compare
+from taskforge.repo.text import source_lines
 from taskforge.mining.audit.vocabulary import (
     IDENTIFIER,
     PYTHON_SUFFIXES,
@@ -197,7 +198,7 @@ class _FileLoss:
 
 def _removed_lines(before: str, after: str) -> set[int]:
     """1-based numbers of the lines of ``before`` that ``after`` deleted or replaced."""
-    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    old, new = source_lines(before, keepends=True), source_lines(after, keepends=True)
     # Lines the two share at either end are kept; diff only what lies between (a task changes a
     # few spots of a long file, and the matcher is quadratic in the worst case).
     head = 0

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from taskforge.repo.text import source_lines
+
 __all__ = [
     "STATEMENT_WRITERS",
     "StatementContext",
@@ -139,7 +141,7 @@ def implementation_lines(source: str) -> list[str]:
         tree = ast.parse(text)
     except SyntaxError:
         return [line.strip() for line in text.splitlines() if _non_trivial(line.strip())]
-    src_lines = text.splitlines()
+    src_lines = source_lines(text)
     found: list[str] = []
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
