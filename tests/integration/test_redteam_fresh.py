@@ -606,9 +606,11 @@ mined here (iniconfig IniConfig.parse body and symbol, addict Dict.update and Di
 cachetools run of this session's miner yielded no task: 40 of 40 candidates rejected)."""
 
 AFTER_GETS_THROUGH: dict[str, str] = {
-    "static_twin_detector": "1.0 (ok) on addict Dict.__add__, whose twins are one plain twin (the test, then a "
-                            "raise) and one value twin the detector reads from their text; 0 (tampered) on the "
-                            "other four tasks",
+    "static_twin_detector": "1.0 (ok) on iniconfig IniConfig.parse (symbol): its value twins alter a value an ini "
+                            "text in the test holds, and the detector's key-near-value reading of that text (a "
+                            "small model of ini parsing) tells them; 0 (tampered) on the other four tasks. "
+                            "Before twins read like their tests (9b83963) it was addict Dict.__add__ that paid, "
+                            "through a plain twin's trailing raise: that task now gets raises twins",
 }
 """The attacks that still earn a reward on the current scorer (main after the red team's report),
 with what they scored, each an expected failure until the design catches it. The red team's
