@@ -52,6 +52,14 @@ def test_environment_image_holds_no_project_code(backend, base_image, session_ca
         assert meta.stdout.decode().strip() == "2.3.1", meta.text()
         missing = box.exec(["python", "-c", "import iniconfig"], timeout_s=30)
         assert "ModuleNotFoundError" in missing.text()
+        # The venv's pip and setuptools are gone: their vendored copies of other projects would
+        # be a copy of the removed code for a task of one of those.
+        tools = box.exec(["python", "-c", "import importlib.util as u; print([m for m in ('pip', 'setuptools', "
+                          "'pkg_resources') if u.find_spec(m)])"], timeout_s=30)
+        assert tools.stdout.decode().strip() == "[]", tools.text()
+        vendored = box.exec(["sh", "-c", "find / -path /proc -prune -o \\( -name _vendor -o -name '*.whl' \\) -print 2>/dev/null; true"],
+                            timeout_s=120, workdir="/")
+        assert vendored.stdout == b"", vendored.stdout
         grep = box.exec(["sh", "-c", "grep -rl 'def parse_ini_data\\|class IniConfig' /opt /usr /etc /var /home 2>/dev/null; true"], timeout_s=120, workdir="/")
         assert grep.stdout == b"", grep.stdout
 
