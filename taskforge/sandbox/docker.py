@@ -144,6 +144,10 @@ class DockerBackend:
                     self.api.remove_container(container.id, force=True)
                 except docker.errors.NotFound:
                     continue  # another process on this engine removed it first
+                except (docker.errors.DockerException, requests.exceptions.RequestException):
+                    # Another process is removing it now (409: removal already in progress), or the
+                    # engine refused: housekeeping never fails the caller; a later gc tries again.
+                    continue
                 removed.append(container.name)
         return removed
 
@@ -270,6 +274,10 @@ class DockerSandbox:
             self.container.remove(force=True)
         except docker.errors.NotFound:
             return
+        except docker.errors.APIError as err:
+            if err.status_code == 409 and "in progress" in str(err):
+                return  # another process (a gc) is removing it
+            raise SandboxError(f"cannot remove sandbox {self.name}: {_short(err)}") from err
         except (docker.errors.DockerException, requests.exceptions.RequestException) as err:
             raise SandboxError(f"cannot remove sandbox {self.name}: {_short(err)}") from err
 

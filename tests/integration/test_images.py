@@ -86,3 +86,44 @@ def test_gc_removes_containers_of_dead_owners(backend, base_image, tmp_path) -> 
     assert proc.returncode == 0, proc.stderr
     assert "removed" in proc.stdout
     assert name not in backend.managed_containers()
+
+
+def test_gc_never_fails_when_another_process_removes_the_same_containers(backend, base_image) -> None:  # type: ignore[no-untyped-def]
+    """Two runs starting at once both collect the containers a killed run left; removing one that
+    the other is removing answers 409 ("removal already in progress"), and a resumed sweep failed
+    every repository with it as an internal error. Several gcs race here over leaked containers."""
+    import threading
+
+    script = textwrap.dedent(
+        f"""
+        import time
+        from taskforge.sandbox import SandboxLimits, open_backend
+        backend = open_backend("docker")
+        boxes = [backend.start({base_image.tag!r}, limits=SandboxLimits.load()) for _ in range(6)]
+        print(" ".join(b.name for b in boxes), flush=True)
+        time.sleep(600)
+        """
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    names = owner.stdout.readline().split()
+    assert len(names) == 6
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait()
+    owner.stdout.close()
+    errors: list[BaseException] = []
+
+    def collect() -> None:
+        try:
+            backend.gc()
+        except BaseException as err:  # noqa: BLE001 - the test reports any
+            errors.append(err)
+
+    threads = [threading.Thread(target=collect) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    backend.gc()
+    assert not set(names) & set(backend.managed_containers())
