@@ -291,7 +291,8 @@ def _alike(value: Any, evidence: tuple[set[str], set[Any]], pools: Sequence[Mapp
     """Another scalar for the expected ``value`` that a reader cannot tell from it by the test's
     own data: explained by it exactly when ``value`` is (a test whose answer is among its inputs
     gets a wrong answer among its inputs; one whose answer is computed, a computed-looking one).
-    From the test's values first, then the file's, then made up; ``_NOT_LITERAL`` when none fits."""
+    From the first of ``pools`` that has one (what sits beside it in the test's data, the test's
+    values, the file's), else made up; ``_NOT_LITERAL`` when none fits."""
     if isinstance(value, bool) or not isinstance(value, int | float | str | bytes):
         return _NOT_LITERAL
     want = _explained(value, evidence)
@@ -311,6 +312,27 @@ def _alike(value: Any, evidence: tuple[set[str], set[Any]], pools: Sequence[Mapp
         if fits:
             return rng.choice(fits)
     return _NOT_LITERAL
+
+
+def _beside(value: Any, function: ast.AST) -> dict[type, list[Any]]:
+    """For an expected string, what sits beside it in the test's own data: the other words of each
+    line of the test's strings that holds it, and its leading words (a multi-word value cut at a
+    word). A reader that checks an expected value against its context in the input (is it on the
+    line of its key?) reads such a value as one too."""
+    if not isinstance(value, str) or not value.strip():
+        return {}
+    found: list[str] = []
+    ends = [m.end() for m in re.finditer(r"\w+", value)]
+    found += [value[:end] for end in ends[:-1]]
+    for node in ast.walk(function):
+        data = node.value if isinstance(node, ast.Constant) else None
+        if isinstance(data, bytes):
+            data = data.decode("utf-8", "replace")
+        if isinstance(data, str) and data != value and value in data:
+            for line in data.split("\n"):
+                if value in line:
+                    found += [word for word in re.findall(r"\w+", line) if word not in found]
+    return {str: [word for word in found if word != value]}
 
 
 def _in(value: Any, vocabulary: Mapping[type, list[Any]]) -> bool:
@@ -437,7 +459,7 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
     unlike: list[Twin] = []
     for site in reversed(value_sites):
         value = _literal(site)
-        changed = _alike(value, evidence, (local, vocabulary), rng)
+        changed = _alike(value, evidence, (_beside(value, function), local, vocabulary), rng)
         bucket = alike
         if changed is _NOT_LITERAL:
             bucket = unlike

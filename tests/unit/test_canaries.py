@@ -266,3 +266,31 @@ def test_a_twin_that_would_not_be_python_is_refused_where_it_is_placed() -> None
     broken = Twin.from_json({**twin.to_json(), "source": "def test_parse():\n    assert (\n"})
     with pytest.raises(ValueError, match="does not place as Python"):
         place_twin(SOURCE, broken)
+
+
+def test_an_altered_string_sits_beside_the_original_in_the_tests_data() -> None:
+    """A reader that looks for an expected value on the line of its key in the test's input (an
+    ini text, a bytes payload) finds a twin's value there too: it is another word of that line,
+    or the original cut at a word."""
+    text = textwrap.dedent('''\
+        from pkg import load
+
+
+        def test_load():
+            config = load("[s]\\nname1 = first\\nname2 = second value ; note\\n")
+            assert config["s"]["name1"] == "first"
+            assert config["s"]["name2"] == "second value"
+
+
+        def test_load_bytes():
+            config = load(b"[s]\\nkey = value\\n")
+            assert config["s"]["key"] == "value"
+    ''')
+    ids = [f"{FILE}::test_load", f"{FILE}::test_load_bytes"]
+    for seed in ("a", "b", "c"):
+        for twin in make_twins({FILE: text}, ids, seed=seed):
+            if twin.kind != "value":
+                continue
+            [line] = [line for line in twin.source.splitlines() if line not in text.splitlines()]
+            altered = ast.literal_eval(line.split("==")[1].strip())
+            assert altered in {"name1", "name2", "s", "second", "note", "key", "first"}, line
