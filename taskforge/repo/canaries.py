@@ -597,7 +597,10 @@ def place_twin(text: str, twin: Twin, *, name: str | None = None) -> str:
         raise ValueError(f"{twin.test} is not one plain function of {twin.file}")
     first, last = _span(function)
     lines = source_lines(text)
-    source = source_lines(twin.source)
+    # The twin's lines end as the file's do: a CRLF file that turned LF only where a twin sits
+    # would tell the run that holds one.
+    end = "\r" if lines and all(line.endswith("\r") for line in lines if line) else ""
+    source = [line.rstrip("\r") + end for line in source_lines(twin.source)]
     if name is None:
         new = [*lines[: first - 1], *source, *lines[last:]]
     else:
@@ -605,7 +608,7 @@ def place_twin(text: str, twin: Twin, *, name: str | None = None) -> str:
                                  "\n".join(source), count=1, flags=re.M)
         if count != 1:
             raise ValueError(f"no definition of {twin.name} in the twin of {twin.test}")
-        new = [*lines[:last], "", *source_lines(renamed), *lines[last:]]
+        new = [*lines[:last], end, *source_lines(renamed), *lines[last:]]
     placed = "\n".join(new) + ("\n" if text.endswith("\n") else "")
     try:
         parse_source(placed)

@@ -294,3 +294,13 @@ def test_an_altered_string_sits_beside_the_original_in_the_tests_data() -> None:
             [line] = [line for line in twin.source.splitlines() if line not in text.splitlines()]
             altered = ast.literal_eval(line.split("==")[1].strip())
             assert altered in {"name1", "name2", "s", "second", "note", "key", "first"}, line
+
+
+def test_a_twin_in_a_crlf_file_keeps_its_line_endings() -> None:
+    """A CRLF test file that turned LF where a twin sits would tell the run that holds one."""
+    crlf = SOURCE.replace("\n", "\r\n")
+    ids = [f"{FILE}::test_parse", f"{FILE}::test_raises_only"]
+    for twin in make_twins({FILE: crlf}, ids, seed="task-1"):
+        for placed in (place_twin(crlf, twin), place_twin(crlf, twin, name=f"{twin.name}_canary_0")):
+            assert placed.count("\n") == placed.count("\r\n"), twin.kind
+            assert placed != crlf
