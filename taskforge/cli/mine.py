@@ -70,9 +70,13 @@ def test_command(source: str, runs: int, as_json: bool, timeout_s: float) -> Non
 @click.option("--strategies", help="Comma-separated removal strategies [default: body,symbol,module].")
 @click.option("--keep-flagged", is_flag=True, default=None, help="Keep tasks whose leak audit found remnants (marked in the audit column) instead of rejecting them.")
 @click.option("--seed", type=int, help="Seed for the candidate ranking [default: 0].")
+@click.option("--again", "again", multiple=True, metavar="SOURCE",
+              help="Mine SOURCE again although the dataset lists it as mined (after an upgrade that changes "
+                   "its result); its tasks written before stay, new ones are added. Repeatable.")
 @one_line_errors
 def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: str | None, address: str | None,
-                 max_tasks: int | None, strategies: str | None, keep_flagged: bool | None, seed: int | None) -> None:
+                 max_tasks: int | None, strategies: str | None, keep_flagged: bool | None, seed: int | None,
+                 again: tuple[str, ...]) -> None:
     """Mine feature-removal tasks from each SOURCE (or the recipe's sources) into a dataset.
 
     The dataset gets one shard per repository, written as soon as the repository finishes, and a
@@ -145,7 +149,10 @@ def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: st
         if outcome.failure:
             overall.write(f"failed {outcome.source}: {outcome.failure}", file=sys.stderr)
 
-    summary = run_mining(recipe, executor, on_outcome=finished, status=status)
+    unknown = sorted(set(again) - set(recipe.sources))
+    if unknown:
+        raise click.BadParameter(f"not a source of this run: {', '.join(unknown)}", param_hint="--again")
+    summary = run_mining(recipe, executor, on_outcome=finished, status=status, again=again)
     overall.update(len(summary.skipped))
     overall.close()
     totals = summary.totals

@@ -138,6 +138,7 @@ def run_mining(
     *,
     on_outcome: Callable[[RepoOutcome, RunSummary], None] | None = None,
     status: Callable[[str], None] = lambda _: None,
+    again: Sequence[str] = (),
 ) -> RunSummary:
     """Mine every source of ``recipe`` not yet in its dataset, writing each repository's tasks as
     soon as it finishes. ``on_outcome`` sees each outcome after it is written."""
@@ -162,10 +163,12 @@ def run_mining(
                        versions=versions) as writer:
         for name in writer.adopted:
             status(f"adopted {name}, which an interrupted run had written")
-        summary.skipped = [s for s in recipe.sources if s in writer.done]
+        summary.skipped = [s for s in recipe.sources if s in writer.done and s not in again]
         for source in summary.skipped:
             status(f"{source}: already mined into {recipe.out} ({writer.done[source]['tasks']} tasks); skipped")
-        summary.pending = [s for s in recipe.sources if s not in writer.done]
+        summary.pending = [s for s in recipe.sources if s not in writer.done or s in again]
+        for source in (s for s in again if s in writer.done):
+            status(f"{source}: mined before ({writer.done[source]['tasks']} tasks); mining it again")
         failures = {s: why for s, why in previous.get("failures", {}).items() if s not in summary.pending}
 
         def save() -> None:

@@ -53,3 +53,12 @@ def test_mine_records_its_run_and_a_second_run_resumes(tmp_path: Path, session_c
     other = _mine(out, session_cache, "--seed", "1")
     assert other.returncode == 1
     assert other.stderr.strip().splitlines()[-1].endswith("[recipe_mismatch]")
+
+    # --again mines a finished source once more (after an upgrade): the same task is not written twice.
+    stray = _mine(out, session_cache, "--again", "pypi:nothing==1.0")
+    assert stray.returncode == 2 and "not a source of this run" in stray.stderr
+    redo = _mine(out, session_cache, "--again", SOURCE)
+    assert redo.returncode == 0, redo.stderr[-3000:]
+    assert f"{SOURCE}: mined before (1 tasks); mining it again" in redo.stderr
+    assert f"{SOURCE}: already mined" not in redo.stderr
+    assert read_tasks(out) == tasks and len(read_manifest(out).runs) == 3
