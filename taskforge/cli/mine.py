@@ -129,8 +129,9 @@ def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: st
             bar = bars.get(source)
             if bar is None:
                 bar = bars[source] = tqdm(total=recipe.mine.max_attempts, desc=source, unit="cand", leave=True, file=sys.stderr)
-            bar.update(1)
-            bar.set_postfix(tasks=len(result.tasks), rejected=sum(result.rejections.values()))  # type: ignore[attr-defined]
+            bar.update(result.attempted - bar.n)  # type: ignore[attr-defined]  # refusals cost no attempt
+            bar.set_postfix(tasks=len(result.tasks), rejected=sum(result.rejections.values()),  # type: ignore[attr-defined]
+                            refused=result.refused)  # type: ignore[attr-defined]
 
         executor = inline_executor(gate_scorer, progress)
     else:

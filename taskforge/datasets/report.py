@@ -34,6 +34,7 @@ class ProjectRow:
     load_sensitive: int = 0
     candidates: int = 0
     attempted: int = 0
+    refused: int = 0
     tasks: int = 0
     rejections: dict[str, int] = field(default_factory=dict)
     failure: str = ""
@@ -71,8 +72,9 @@ def _cause(row: ProjectRow, target: int, max_attempts: int) -> str:
     if row.candidates == 0:
         return (f"no candidates: no function of the package is exercised by between 1 and 25% of its "
                 f"{row.passing} stable passing tests")
-    if row.attempted >= min(row.candidates, max_attempts) and row.attempted < max_attempts:
-        return f"candidates ran out after {row.attempted} of {row.candidates}{rejected}"
+    if row.attempted < max_attempts:
+        refused = f" ({row.refused} more refused before any run)" if row.refused else ""
+        return f"candidates ran out after {row.attempted} attempts of {row.candidates}{refused}{rejected}"
     return f"max_attempts ({max_attempts}) reached{rejected}"
 
 
@@ -96,6 +98,7 @@ def build_report(
                          passing=repository.get("passing", 0), seed_dependent=repository.get("seed_dependent", 0),
                          load_sensitive=repository.get("load_sensitive", 0),
                          candidates=repository["candidates"], attempted=repository["attempted"],
+                         refused=int(repository.get("refused", 0)),
                          tasks=repository["tasks"], rejections=dict(repository.get("rejections", {})))
         row.valid = sum(1 for i, c in checks.items() if source_of.get(i) == row.source and c.get("ok"))
         rows.append(row)

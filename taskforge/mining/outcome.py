@@ -22,6 +22,11 @@ class RepoResult:
     tasks: list[Task] = field(default_factory=list)
     candidates: int = 0
     attempted: int = 0
+    """Candidates validated: what ``max_attempts`` bounds."""
+    refused: int = 0
+    """Candidates the removal agent refused before any run (``removal_not_applicable``: a function
+    that runs while the package imports, a symbol still used elsewhere). They cost no test run and
+    no attempt; they are listed among the rejections."""
     rejections: Counter[str] = field(default_factory=Counter)
     """Rejected candidates by reason."""
     rejected: list[dict[str, str]] = field(default_factory=list)
@@ -36,13 +41,13 @@ class RepoResult:
     seed_dependent: int = 0
     """Tests whose id or outcome differed between baseline runs under different hash seeds."""
     load_sensitive: int = 0
+    """Tests whose outcome changed when the baseline ran beside busy processes (timing tests)."""
     plugins_off: list[str] = field(default_factory=list)
     """Installed pytest plugins switched off because they do not fit the environment's pytest."""
     ignored: list[str] = field(default_factory=list)
     """Test modules that could not be collected in the unmodified project (left out of every run)."""
     run_timeout_s: float = 0.0
     """The bound on each validation run, from the baseline's duration (``baseline.run_timeout``)."""
-    """Tests whose outcome changed when the baseline ran beside busy processes (timing tests)."""
     fork_server: str = ""
     """Whether validation runs forked from a server (``used``), and why not otherwise."""
 

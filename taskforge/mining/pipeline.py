@@ -54,7 +54,7 @@ from taskforge.repo.suite import SuiteRunner, require_test_files
 from taskforge.repo.symbols import build_index
 from taskforge.sandbox import SandboxBackend, SandboxLimits
 from taskforge.sandbox.base_image import BaseImage
-from taskforge.task import Task, TaskScorer
+from taskforge.task import RejectReason, Task, TaskScorer
 
 __all__ = ["MineConfig", "Rejected", "RepoResult", "Task", "mine_repository"]
 
@@ -141,10 +141,13 @@ def _mine_repository(
                        layout=layout,
                        scorer=scorer, interfaces=interfaces)
         with work:
-            _mine_candidates(candidates[: config.max_attempts], ctx, runner=runner, backend=backend, limits=limits,
+            _mine_candidates(candidates, ctx, runner=runner, backend=backend, limits=limits,
                              naive=naive, result=result, on_candidate=on_candidate)
         result.containers += runner.containers_started
     return result
+
+
+_MAX_TRIES_PER_ATTEMPT = 10
 
 
 def _mine_candidates(
@@ -152,18 +155,27 @@ def _mine_candidates(
     limits: SandboxLimits | None, naive: bool, result: RepoResult, on_candidate: Callable[[RepoResult], None] | None,
 ) -> None:
     """Validate candidates until ``max_tasks`` tasks have passed every check, the image audit
-    included, or the candidates run out. Tasks wait for the image audit in batches (one scan of
-    the image serves a batch); a batch is audited once it would fill ``max_tasks``, and if the
-    audit rejects some of it, mining goes on."""
+    included, or the candidates or ``max_attempts`` run out. Tasks wait for the image audit in
+    batches (one scan of the image serves a batch); a batch is audited once it would fill
+    ``max_tasks``, and if the audit rejects some of it, mining goes on. A candidate the removal
+    agent refuses before any run costs no attempt (on held-out projects such refusals took up to
+    49 of 60 attempts); the tries are bounded at ten times ``max_attempts`` all the same, since
+    an LLM agent's refusal costs calls."""
     pending: list[Task] = []
     fingerprints: dict[str, Fingerprint] = {}
     stage = Stages(result)
     remaining = iter(candidates)
     while True:
         for candidate in remaining:
-            result.attempted += 1
+            if result.attempted >= ctx.config.max_attempts or \
+                    result.attempted + result.refused >= _MAX_TRIES_PER_ATTEMPT * ctx.config.max_attempts:
+                break
             outcome = _validate(candidate, ctx, runner=runner, backend=backend, limits=limits, naive=naive,
                                 result=result)
+            if isinstance(outcome, Rejected) and outcome.reason == RejectReason.REMOVAL_NOT_APPLICABLE:
+                result.refused += 1
+            else:
+                result.attempted += 1
             if isinstance(outcome, Rejected):
                 result.reject(candidate.target, candidate.strategy, outcome)
             else:

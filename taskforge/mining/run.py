@@ -76,7 +76,7 @@ def mine_one(source: str, config: MineConfig, limits: SandboxLimits, make_scorer
         return RepoOutcome(source=source, failure=f"{_where(err)} [{INTERNAL_ERROR}]", reason=INTERNAL_ERROR,
                            worker=worker, seconds=time.monotonic() - started)
     summary = {
-        "source": source, "candidates": result.candidates, "attempted": result.attempted,
+        "source": source, "candidates": result.candidates, "attempted": result.attempted, "refused": result.refused,
         "tasks": len(result.tasks), "rejections": dict(result.rejections), "rejected": result.rejected,
         "strategies": dict(Counter(t.strategy for t in result.tasks)),
         "stage_s": {k: round(v, 2) for k, v in result.stage_s.items()}, "runs": result.runs,

@@ -43,7 +43,10 @@ def test_every_rejection_is_explained(mined, session_cache) -> None:  # type: ig
     summary = json.loads((out / "mine-summary.json").read_text())
     rejected = [r for repo in summary["repositories"] for r in repo["rejected"]]
     for repo in summary["repositories"]:
-        assert len(repo["rejected"]) == sum(repo["rejections"].values()) == repo["attempted"] - repo["tasks"]
+        assert len(repo["rejected"]) == sum(repo["rejections"].values()) == repo["attempted"] + repo["refused"] - repo["tasks"]
+        # A refusal before any run is listed among the rejections and costs no attempt.
+        assert repo["refused"] == repo["rejections"].get("removal_not_applicable", 0)
+        assert repo["attempted"] <= 60
         assert repo["tests"] >= repo["passing"] > 0 and repo["fork_server"]
     for row in rejected:
         assert row["target"] and row["strategy"] in ("body", "symbol", "module") and row["reason"] and row["detail"]
