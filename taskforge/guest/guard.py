@@ -270,6 +270,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             guard.note(f"test file {path} changed at run time")
             changed.add(path)
             return None
+        if not path.endswith(".py"):
+            # A text file of doctests (``--doctest-glob``: docs/*.rst) runs no code of its own to
+            # hold; its digest is what holds it.
+            compiled[(path, rewritten)] = {}
+            return compiled[(path, rewritten)]
         try:
             compiled[(path, rewritten)] = _trusted_code(path, data, rewritten, session.config)
         except Exception as err:  # noqa: BLE001 - a file the guard cannot compile proves nothing either way

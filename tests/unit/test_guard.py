@@ -69,7 +69,11 @@ FEATURE = "def double(x):\n    return 2 * x\n"
 MIXINS = "import feature\n\n\nclass Mixin:\n    def test_from_a_mixin(self):\n        assert feature.double(4) == 8\n"
 
 
-def _run(tmp: Path, feature: str = FEATURE, *, after_digest: str | None = None, mixins_known: bool = True) -> list[str]:
+DOCS = "Doubling\n========\n\n>>> import feature\n>>> feature.double(21)\n42\n"
+
+
+def _run(tmp: Path, feature: str = FEATURE, *, after_digest: str | None = None, mixins_known: bool = True,
+         docs: bool = False) -> list[str]:
     """Run the project; the guard's findings."""
     project = tmp / "project"
     project.mkdir()
@@ -77,6 +81,11 @@ def _run(tmp: Path, feature: str = FEATURE, *, after_digest: str | None = None, 
     (project / "mixins.py").write_text(MIXINS)
     (project / "feature.py").write_text(feature)
     digests = {str((project / "test_feature.py").resolve()): hashlib.sha256(TESTS.encode()).hexdigest()}
+    selected = ["test_feature.py"]
+    if docs:  # a text file of doctests, selected as a test file (--doctest-glob)
+        (project / "usage.rst").write_text(DOCS)
+        digests[str((project / "usage.rst").resolve())] = hashlib.sha256(DOCS.encode()).hexdigest()
+        selected += ["--doctest-glob=*.rst", "usage.rst"]
     if mixins_known:  # the scorer names the test modules beside the selected ones
         digests[str((project / "mixins.py").resolve())] = hashlib.sha256(MIXINS.encode()).hexdigest()
     if after_digest is not None:
@@ -89,7 +98,7 @@ def _run(tmp: Path, feature: str = FEATURE, *, after_digest: str | None = None, 
            "TASKFORGE_GUARD_TESTS": json.dumps(digests)}
     report = tmp / "report.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-p", "taskforge_pytest_guard", "-p", "no:cacheprovider",
-                    f"--junitxml={report}", "-q", "test_feature.py"], cwd=project, env=env, capture_output=True,
+                    f"--junitxml={report}", "-q", *selected], cwd=project, env=env, capture_output=True,
                    text=True, timeout=120, check=False)
     root = ET.parse(report).getroot()
     props = [(p.get("name"), p.get("value") or "") for p in root.iter("property")]
@@ -101,6 +110,12 @@ def test_an_honest_suite_with_decorated_and_inherited_tests_has_no_finding(tmp_p
     """mock.patch, functools.wraps and hypothesis's @given (whose wrapper borrows the test's file
     and line: a held-out project's property tests were a false finding before) included."""
     assert _run(tmp_path) == []
+
+
+def test_a_text_file_of_doctests_is_held_to_its_digest_not_compiled(tmp_path: Path) -> None:
+    """semver's held-out tasks select doctests of docs/*.rst: the guard compiled the .rst as
+    Python and the gate refused every gold patch as tampered."""
+    assert _run(tmp_path, docs=True) == []
 
 
 def test_a_test_whose_code_is_swapped_at_import(tmp_path: Path) -> None:
