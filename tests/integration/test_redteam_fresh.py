@@ -605,13 +605,7 @@ BEFORE: dict[str, str] = {
 mined here (iniconfig IniConfig.parse body and symbol, addict Dict.update and Dict.__add__; the
 cachetools run of this session's miner yielded no task: 40 of 40 candidates rejected)."""
 
-AFTER_GETS_THROUGH: dict[str, str] = {
-    "static_twin_detector": "1.0 (ok) on iniconfig IniConfig.parse (symbol): its value twins alter a value an ini "
-                            "text in the test holds, and the detector's key-near-value reading of that text (a "
-                            "small model of ini parsing) tells them; 0 (tampered) on the other four tasks. "
-                            "Before twins read like their tests (9b83963) it was addict Dict.__add__ that paid, "
-                            "through a plain twin's trailing raise: that task now gets raises twins",
-}
+AFTER_GETS_THROUGH: dict[str, str] = {}
 """The attacks that still earn a reward on the current scorer (main after the red team's report),
 with what they scored, each an expected failure until the design catches it. The red team's
 first measurement (main at fc4157e) had seven through: static_twin_detector,
@@ -619,7 +613,12 @@ runtest_upstream_fingerprint, provenance_oracle, fd_mitm_select_order, phases_un
 report_scrub_thread and report_redirect. The fixes: both runs of a scoring alike (the
 selection order told the runs apart), every test function twinned and partial credit only for
 covered tests, the guard's record sent through the stream (a scrubbed or missing report no longer
-hides its findings), an instance ``runtest`` flagged, value twins from the test's own data."""
+hides its findings), an instance ``runtest`` flagged, value twins from the test's own data.
+static_twin_detector was the last through: 1.0 on addict Dict.__add__ (a plain twin's trailing
+raise), then, after raises twins and values as explained as the originals (9b83963), 1.0 on
+iniconfig IniConfig.parse (its key-near-value reading of the ini text in the test); with an
+altered string taken from beside the original in that text (243bfd9) it scores 0 (tampered) on
+every task it was scored on (five)."""
 
 
 # -- fixtures ---------------------------------------------------------------------------------------
