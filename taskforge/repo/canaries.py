@@ -32,7 +32,7 @@ from typing import Any
 
 from taskforge.repo.text import source_lines
 
-__all__ = ["Twin", "make_twins", "parse_source", "place_twin", "twin_ids"]
+__all__ = ["TWIN_RANK", "Twin", "make_twins", "parse_source", "place_twin", "twin_ids"]
 
 _PARSE_LOCK = threading.Lock()
 
@@ -45,6 +45,7 @@ def parse_source(source: str | bytes) -> ast.Module:
     with _PARSE_LOCK:
         return ast.parse(source)
 
+
 def _parses(source: str) -> bool:
     """Whether a twin's lines (a function, indented as in its class) are Python."""
     try:
@@ -53,6 +54,10 @@ def _parses(source: str) -> bool:
         return False
     return True
 
+
+TWIN_RANK = {"value": 0, "raises": 1, "input": 1, "negated": 2, "plain": 3}
+"""Which kept twin of a test a scoring uses: the lowest rank, the one that reads most like a test
+(a value twin also catches an answer read from the test; a plain one, only a forged pass)."""
 
 _MAX_FUNCTIONS = 64  # bounds calibration's one run; in scoring a twin replaces its test, so it costs no test
 _VALUE_TWINS_PER_TEST = 2

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from taskforge.errors import SandboxError
-from taskforge.repo.canaries import Twin, place_twin
+from taskforge.repo.canaries import TWIN_RANK, Twin, place_twin
 from taskforge.repo.suite import RunResult
 from taskforge.task import Task
 
@@ -53,11 +53,8 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
         return [Part(changes=changes, select=selected, canaries=frozenset())]
     rng = random.SystemRandom()
     chosen: dict[str, Twin] = {}
-    # The twin that reads most like a test: a value twin where a test has one (it catches an
-    # answer read from the test too), then another exception expected or an input twin, then a
-    # negated one, then a plain one.
-    rank = {"value": 0, "raises": 1, "input": 1, "negated": 2, "plain": 3}
-    for twin in sorted(rng.sample(twins, len(twins)), key=lambda t: rank.get(t.kind, 4)):
+    # The twin that reads most like a test (``TWIN_RANK``), at random among equals.
+    for twin in sorted(rng.sample(twins, len(twins)), key=lambda t: TWIN_RANK.get(t.kind, len(TWIN_RANK))):
         chosen.setdefault(twin.test, twin)
     order = list(chosen)
     rng.shuffle(order)

@@ -59,7 +59,6 @@ from taskforge.guest.scanner import (
     token_words,
 )
 from taskforge.mining.audit.original import Removed, compare
-from taskforge.repo.text import source_lines
 from taskforge.mining.audit.vocabulary import (
     IDENTIFIER,
     PYTHON_SUFFIXES,
@@ -71,6 +70,7 @@ from taskforge.mining.audit.vocabulary import (
     runs,
     stdlib_vocabulary,
 )
+from taskforge.repo.text import source_lines
 
 __all__ = ["DEFAULT_NGRAM", "DOCSTRING_CHARS", "Fingerprint", "MAX_ANCHOR_RATE", "MIN_BODY_NAMES", "MIN_CONSTANT", "MIN_DOCSTRING", "MIN_NGRAM", "STRATEGIES", "build_fingerprint"]
 

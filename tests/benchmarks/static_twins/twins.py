@@ -16,7 +16,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskforge.repo.canaries import Twin, make_twins
+from taskforge.repo.canaries import TWIN_RANK, Twin, make_twins
 
 __all__ = ["PROJECTS", "TestFile", "TwinnedTest", "project_files", "sdist_tree"]
 
@@ -24,8 +24,6 @@ PROJECTS = ("iniconfig==2.3.1", "addict==2.4.0", "cachetools==8.0.2", "six==1.17
             "toolz==1.2.0")
 """Development projects (pinned sdists): none is in recipes/heldout.toml."""
 
-RANK = {"value": 0, "raises": 1, "input": 1, "negated": 2, "plain": 3}
-"""Which twin kind a test gets when it has several: the lowest rank (the least conspicuous edit)."""
 
 _FUNCTIONS_PER_CALL = 60  # make_twins twins at most 64 functions per call: a file is fed in slices
 
@@ -149,8 +147,8 @@ def project_files(spec: str, *, cache: Path) -> list[TestFile]:
                 by_test.setdefault(twin.test, []).append(twin)
         twinned = []
         for test, twins in by_test.items():
-            best = min(RANK[t.kind] for t in twins)
-            pick = rng.choice([t for t in twins if RANK[t.kind] == best])
+            best = min(TWIN_RANK[t.kind] for t in twins)
+            pick = rng.choice([t for t in twins if TWIN_RANK[t.kind] == best])
             twinned.append(TwinnedTest(test=test, classes=pick.classes, name=pick.name, twin=pick,
                                        kinds=tuple(sorted({t.kind for t in twins}))))
         if twinned:
