@@ -85,7 +85,8 @@ def test_the_llm_agent_and_writer_mine_valid_tasks(source, fixture, expected, ba
 def test_llm_failures_reject_their_candidate_with_the_reason(backend, base_image, session_cache) -> None:  # type: ignore[no-untyped-def]
     """Candidates in order of arrival: a model that never finishes, a server slower than the
     timeout, malformed replies (no tool call, then arguments that are not JSON), a server that
-    answers 500; the fifth candidate gets a give_up, so the run went on past all four."""
+    answers 500; every later candidate gets a give_up. The four failures each cost an attempt; a
+    give_up is a refusal, which costs none, so the run went on past all four to the last candidate."""
     with ScriptedChatServer(Script.load(FIXTURES / "failures.json")) as server:
         llm = LLMConfig(base_url=server.base_url, model="scripted-model", max_turns=3, timeout_s=0.5, max_retries=1,
                         backoff_s=0.05)
@@ -93,10 +94,11 @@ def test_llm_failures_reject_their_candidate_with_the_reason(backend, base_image
         with Scorer(backend=backend) as scorer:
             result = mine_repository("pypi:iniconfig==2.3.1", config=config, backend=backend, base=base_image,
                                      scorer=scorer)
-    assert result.tasks == [] and result.attempted == 5
+    assert result.tasks == [] and result.attempted == 4
+    assert result.refused >= 1 and result.attempted + result.refused == result.candidates
     assert result.rejections == Counter({"llm_budget_exhausted": 1, "llm_timeout": 1, "llm_malformed_output": 1,
-                                         "llm_server_error": 1, "removal_not_applicable": 1})
+                                         "llm_server_error": 1, "removal_not_applicable": result.refused})
     # Requests per conversation: give_up 1; timeout and 500 each tried twice (max_retries = 1);
     # 3 turns for the model that never finishes; 3 malformed replies in a row.
     per_conversation = Counter(r["messages"][1]["content"] for r in server.requests)
-    assert sorted(per_conversation.values()) == [1, 2, 2, 3, 3]
+    assert sorted(per_conversation.values()) == [1] * result.refused + [2, 2, 3, 3]
