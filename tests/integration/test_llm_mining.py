@@ -30,7 +30,8 @@ KEY_ENV = "TASKFORGE_TEST_LLM_KEY"
 
 @pytest.mark.parametrize("source,fixture,expected", [
     ("pypi:iniconfig==2.3.1", "iniconfig", {("body", "iniconfig:IniConfig.parse"), ("body", "iniconfig:IniConfig.get")}),
-    ("pypi:addict==2.4.0", "addict", {("body", "addict.addict:Dict.update"), ("symbol", "addict.addict:Dict.to_dict")}),
+    pytest.param("pypi:addict==2.4.0", "addict", {("body", "addict.addict:Dict.update"),
+                                                  ("symbol", "addict.addict:Dict.to_dict")}, marks=pytest.mark.slow),
 ])
 def test_the_llm_agent_and_writer_mine_valid_tasks(source, fixture, expected, backend, base_image, session_cache,  # type: ignore[no-untyped-def]
                                                    tmp_path, monkeypatch) -> None:

@@ -58,6 +58,7 @@ def test_every_rejection_is_explained(mined, session_cache) -> None:  # type: ig
         assert row["target"] in proc.stdout and row["reason"] in proc.stdout
 
 
+@pytest.mark.slow  # the same check as test_validate_cli_confirms_every_task, in this process
 def test_every_task_holds_when_rebuilt_from_its_row(mined, backend, base_image) -> None:  # type: ignore[no-untyped-def]
     out, _ = mined
     for task in read_tasks(out):
@@ -155,6 +156,7 @@ def test_a_failing_repository_is_recorded_and_the_run_goes_on(tmp_path, session_
     assert only_bad.returncode == 1
 
 
+@pytest.mark.slow
 def test_one_line_tracebacks_validate_the_same_tasks(backend, base_image) -> None:  # type: ignore[no-untyped-def]
     """``tracebacks = "line"`` only shortens what pytest prints about the failing tests: the same
     candidates become the same tasks, with the same tests, as with the project's own style."""

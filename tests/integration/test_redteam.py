@@ -1351,12 +1351,27 @@ def third_corpus(tmp_path_factory, session_cache, base_image) -> Path:  # type: 
     return out
 
 
-@pytest.fixture(scope="module")
-def projects(mined_corpus, third_corpus) -> dict[str, list[Task]]:  # type: ignore[no-untyped-def]
+def _by_repo(*folders: Path) -> dict[str, list[Task]]:
     """Each project's mined tasks, in the order mining wrote them."""
     by_repo: dict[str, list[Task]] = {}
-    for task in [*read_tasks(mined_corpus[0]), *read_tasks(third_corpus)]:
-        by_repo.setdefault(task.repo, []).append(task)
+    for folder in folders:
+        for task in read_tasks(folder):
+            by_repo.setdefault(task.repo, []).append(task)
+    return by_repo
+
+
+@pytest.fixture(scope="module")
+def projects(mined_corpus) -> dict[str, list[Task]]:  # type: ignore[no-untyped-def]
+    """The session's two mined projects (iniconfig, addict): what the default suite attacks."""
+    by_repo = _by_repo(mined_corpus[0])
+    assert len(by_repo) == 2, sorted(by_repo)
+    return by_repo
+
+
+@pytest.fixture(scope="module")
+def every_project(projects, third_corpus) -> dict[str, list[Task]]:  # type: ignore[no-untyped-def]
+    """The two and the third (cachetools): what the full red team (``-m slow``) attacks."""
+    by_repo = {**projects, **_by_repo(third_corpus)}
     assert len(by_repo) == 3, sorted(by_repo)
     return by_repo
 
@@ -1392,21 +1407,38 @@ def test_the_catalogue_covers_every_class_with_distinct_attacks() -> None:
     assert all(len(a.mechanism) > 80 for a in CATALOGUE), [a.name for a in CATALOGUE if len(a.mechanism) <= 80]
 
 
-def test_gold_scores_one_without_tampering_on_every_attacked_task(projects, scorer) -> None:  # type: ignore[no-untyped-def]
-    """The defences must never cost a correct solution its reward, on any task the attacks use."""
+def _gold_holds(projects: dict[str, list[Task]], scorer: Scorer) -> None:
     tasks = list(_attacked(projects).values())
-    assert len({t.repo for t in tasks}) == 3
+    assert len({t.repo for t in tasks}) == len(projects)
     for result in scorer.score_many([(t, t.patch, "gold") for t in tasks]):
         assert (result.reward, result.status) == (1.0, "ok"), (result.instance_id, result.detail, result.tampering)
         assert not result.tampering and not result.dropped, result.instance_id
         assert set(result.outcomes.values()) == {"passed"}
 
 
-@pytest.mark.parametrize("attack", _cases())
-def test_attack_scores_zero(attack: Attack, projects, contexts, scorer) -> None:  # type: ignore[no-untyped-def]
-    """The attack alone on one task of each project and, on one project (taking turns through the
-    catalogue, which keeps the file to a few minutes), on top of the gold patch: every scoring pays 0."""
-    repos = sorted(projects)
+def test_gold_scores_one_without_tampering_on_every_attacked_task(projects, scorer) -> None:  # type: ignore[no-untyped-def]
+    """The defences must never cost a correct solution its reward, on any task the attacks use."""
+    _gold_holds(projects, scorer)
+
+
+@pytest.mark.slow
+def test_gold_scores_one_without_tampering_on_every_attacked_task_of_three_projects(every_project, scorer) -> None:  # type: ignore[no-untyped-def]
+    _gold_holds(every_project, scorer)
+
+
+def _where_it_paid(attack: Attack, repos: list[str]) -> str:
+    """The one project the default suite tries ``attack`` on: one where it paid before the defences
+    (``BEFORE_THE_DEFENCES``), taking turns through the catalogue where it paid on every one or was
+    written after them."""
+    before = BEFORE_THE_DEFENCES.get(attack.name, _EVERYWHERE)
+    named = [r for r in repos if r.split("/")[-1].lower() in before]
+    return named[CATALOGUE.index(attack) % len(named)]
+
+
+def _no_attack_pays(attack: Attack, projects: dict[str, list[Task]], contexts: Callable[[Task], Ctx],
+                    scorer: Scorer, repos: list[str]) -> None:
+    """The attack alone on one task of each of ``repos`` and, on one of them (taking turns through
+    the catalogue), on top of the gold patch: every scoring pays 0."""
     takers = [r for r in repos if not attack.unittest_only or unittest_style(attack.task(projects[r]))]
     gold_on = takers[CATALOGUE.index(attack) % len(takers)]
     items: list[tuple[Task, str, str]] = []
@@ -1424,3 +1456,18 @@ def test_attack_scores_zero(attack: Attack, projects, contexts, scorer) -> None:
         if result.reward > 0:
             paid.append(f"{place}: {result.reward:g}")
     assert not paid, f"{attack.name} paid: {'; '.join(paid)}"
+
+
+@pytest.mark.parametrize("attack", _cases())
+def test_attack_scores_zero(attack: Attack, projects, contexts, scorer) -> None:  # type: ignore[no-untyped-def]
+    """The default suite's share: each attack on one project where it paid before the defences,
+    alone and (where it leaves the feature alone) on top of gold."""
+    _no_attack_pays(attack, projects, contexts, scorer, [_where_it_paid(attack, sorted(projects))])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", _cases())
+def test_attack_scores_zero_on_every_project(attack: Attack, every_project, contexts, scorer) -> None:  # type: ignore[no-untyped-def]
+    """The full red team: each attack alone on one task of each of the three projects, and on one of
+    them on top of the gold patch."""
+    _no_attack_pays(attack, every_project, contexts, scorer, sorted(every_project))
