@@ -110,22 +110,32 @@ def _reset() -> None:
 
 _IMPORT_ALL = """
 import importlib, json, sys
-errors = {}
+errors, calls = {}, set()
+workspace = sys.argv[2] + "/"
+def _profile(frame, event, arg):
+    if event == "call":
+        code = frame.f_code
+        if code.co_filename.startswith(workspace):
+            calls.add((code.co_filename[len(workspace):], code.co_firstlineno, code.co_name))
+sys.setprofile(_profile)
 for module in json.loads(sys.argv[1]):
     try:
         importlib.import_module(module)
     except BaseException as err:  # any failure at import is what this check reports
         errors[module] = ("%s: %s" % (type(err).__name__, err))[:300]
-print(json.dumps(errors))
+sys.setprofile(None)
+print(json.dumps({"errors": errors, "calls": sorted(calls)}))
 """
 
 
 def _import_errors(modules, env):  # type: ignore[no-untyped-def]
-    """Import every module in one fresh interpreter; the ones that fail, with their error."""
+    """Import every module in one fresh interpreter: the ones that fail, with their error, and the
+    code of the workspace that ran meanwhile (file, first line, name of each code object called:
+    module bodies, class bodies, functions), which tells what runs while the package is imported."""
     if not modules:
-        return {}
+        return {}, []
     proc = subprocess.run(
-        [sys.executable, "-c", _IMPORT_ALL, json.dumps(modules)],
+        [sys.executable, "-c", _IMPORT_ALL, json.dumps(modules), WORKSPACE],
         cwd=WORKSPACE,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -134,8 +144,9 @@ def _import_errors(modules, env):  # type: ignore[no-untyped-def]
     )
     if proc.returncode != 0:
         lines = (proc.stderr.strip() or "exit %d" % proc.returncode).splitlines()
-        return {"<interpreter>": lines[-1][:300]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        return {"<interpreter>": lines[-1][:300]}, []
+    reply = json.loads(proc.stdout.strip().splitlines()[-1])
+    return reply["errors"], reply["calls"]
 
 
 _COUNTERS = {
@@ -209,7 +220,7 @@ def _run(request, nonce, imports):  # type: ignore[no-untyped-def]
         env["PYTHONPYCACHEPREFIX"] = PYCACHE
     env.update(request.get("env", {}))
     env["TASKFORGE_NONCE"] = nonce
-    import_errors = _import_errors(imports, env)
+    import_errors, import_calls = _import_errors(imports, env)
     args = list(request["args"])
     if request.get("select") is not None:
         with open(SELECT, "w", encoding="utf-8") as f:
@@ -270,6 +281,7 @@ def _run(request, nonce, imports):  # type: ignore[no-untyped-def]
         "coverage": read(COVERAGE),
         "layout": read(LAYOUT),
         "import_errors": import_errors,
+        "import_calls": import_calls,
         "limits_hit": sorted(name for name in after if after[name] > before[name]),
         "seconds": time.monotonic() - started,
         "interpreter": interpreter,

@@ -15,8 +15,8 @@ from taskforge.repo.symbols import SymbolIndex
 from taskforge.repo.testfiles import TestLayout
 from taskforge.task import is_ambiguous_doctest_id
 
-__all__ = ["Baseline", "agreed_outcomes", "fork_disagreement", "hash_seeds", "run_baseline", "run_timeout",
-           "test_function"]
+__all__ = ["Baseline", "agreed_outcomes", "fork_disagreement", "hash_seeds", "measured_import_time", "run_baseline",
+           "run_timeout", "test_function"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,6 +40,9 @@ class Baseline:
     fork_server: str = ""
     """Whether the repository's later runs fork from a server: ``used``, ``not used: WHY``, or
     ``fallback: WHY`` (its run disagreed with the new interpreters')."""
+    import_time: frozenset[str] | None = None
+    """The functions and methods that ran while the package's modules were imported, as measured
+    (``measured_import_time``); None where the measurement saw none of the package's code run."""
 
 
 _RUN_TIMEOUT_FACTOR = 5.0
@@ -161,7 +164,35 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
         ignored=ignored,
         load_sensitive=tuple(sorted(load_sensitive - seed_dependent)),
         fork_server=fork_server,
+        import_time=measured_import_time(index, first.import_calls),
     )
+
+
+def measured_import_time(index: SymbolIndex, calls: Sequence[tuple[str, int, str]]) -> frozenset[str] | None:
+    """The functions and methods of ``index`` whose code ran while the package's modules were
+    imported: the owner of each called code object's first line (a lambda's or a comprehension's
+    is the function it sits in). Class bodies and module bodies are not functions.
+
+    What ran is what a removal can break at import; the index's :attr:`SymbolIndex.import_time`
+    over-approximates it from the source (every dunder of a class instantiated at import, every
+    method of an instance passed to a call), and refused a third of some projects' candidates
+    that never run then. None where no module body of the package was seen to run (the package
+    was imported from elsewhere than the workspace): the measurement says nothing then."""
+    package_files = set(index.modules.values())
+    if not any(name == "<module>" and path in package_files for path, _, name in calls):
+        return None
+    ran: set[str] = set()
+    for path, line, name in calls:
+        if name == "<module>" or path not in package_files:
+            continue
+        symbol = index.symbol_at(path, line)
+        if symbol is None or symbol.kind == "class":
+            continue  # a class body, or a lambda at module level
+        # A def's code starts at its first decorator, which the def owns; a lambda's or a
+        # comprehension's belongs to the function it sits in, which counts (a lambda in a default
+        # value makes its function count though it never ran: an over-count, which only refuses).
+        ran.add(symbol.qualname)
+    return frozenset(ran)
 
 
 def run_timeout(baseline_s: float, ceiling_s: float) -> float:

@@ -28,7 +28,7 @@ from taskforge.mining.config import (
     MineConfig,
     traceback_args,
 )
-from taskforge.mining.hiding import ClassIndex, hide_tests
+from taskforge.mining.hiding import ClassIndex, doctest_text_file, hide_tests
 from taskforge.mining.outcome import Rejected, RepoResult
 from taskforge.mining.removal.cst import Removal, RemovalAgent
 from taskforge.mining.statements.template import (
@@ -313,9 +313,15 @@ def make_task(candidate: Candidate, removal: Removal, checked: Checked, ctx: Con
     with StateTrees(snapshot.path) as trees:
         start, gold = trees.tree(start_changes), trees.tree(ctx.scrubbed)
         removal_patch = trees.diff(trees.tree({}), start, sorted(start_changes)) if start_changes else ""
-        # Gold puts the code back, not the scrubbed leftovers.
-        source_paths = [p for p in changed if not ctx.layout.is_test_file(p) and not is_scrubbed(p)]
-        test_paths = [p for p in changed if ctx.layout.is_test_file(p)]
+        # Gold puts the code back, not the scrubbed leftovers; a text file of doctests that was
+        # hidden (``docs/usage.rst``) is a test file, which test_patch brings back.
+        text_tests = {f for i in (*checked.fail_to_pass, *checked.hidden) if (f := doctest_text_file(i)) is not None}
+
+        def is_test(path: str) -> bool:
+            return ctx.layout.is_test_file(path) or path in text_tests
+
+        source_paths = [p for p in changed if not is_test(p) and not is_scrubbed(p)]
+        test_paths = [p for p in changed if is_test(p)]
         patch = trees.diff(start, gold, source_paths) if source_paths else ""
         test_patch = trees.diff(start, gold, test_paths) if test_paths else ""
         if trees.apply(start, patch + test_patch) != gold:

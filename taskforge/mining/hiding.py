@@ -28,8 +28,11 @@ diff that restores them) with git.
 * Everything else keeps its bytes: only the deleted definitions (with their decorators and the
   comments and blank lines above them) go.
 
-Node ids that cannot be hidden raise ``TaskforgeError(reason="unhideable_test")``: doctests
-(``pkg/mod.py::pkg.mod.func``), non-Python items (``README.md::...``), ids that name nothing
+A text file of doctests (``--doctest-glob``: ``docs/usage.rst::usage.rst``) is one test, which
+is hidden by deleting the file; ``test_patch`` brings it back whole.
+
+Node ids that cannot be hidden raise ``TaskforgeError(reason="unhideable_test")``: doctests of a
+Python module (``pkg/mod.py::pkg.mod.func``), other non-Python items, ids that name nothing
 defined in the repository (generated tests, module-level tests imported from another file, tests
 inherited from a base outside the repository such as an installed package), tests whose deletion
 would let another definition of the name take its place (a class that overrides a base's test),
@@ -61,7 +64,7 @@ from taskforge.mining.removal.cst import StatementRemover
 from taskforge.repo.symbols import dotted_name, parse_source, read_source, render_module
 from taskforge.repo.testfiles import DEFAULT_LAYOUT, TestLayout
 
-__all__ = ["ClassIndex", "hide_tests"]
+__all__ = ["ClassIndex", "doctest_text_file", "hide_tests"]
 
 UNHIDEABLE = "unhideable_test"
 
@@ -79,7 +82,14 @@ def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None =
         index = ClassIndex(repo)
     definitions: dict[str, set[tuple[str, ...]]] = {}  # file -> qualnames to delete there
     inherited_from: set[str] = set()  # files whose tests other files inherit
+    whole_files: set[str] = set()  # text files of doctests, hidden whole
     for nodeid in nodeids:
+        text_file = doctest_text_file(nodeid)
+        if text_file is not None:
+            if not (repo / text_file).is_file():
+                raise TaskforgeError(f"{nodeid}: no file {text_file} in the repository", reason=UNHIDEABLE)
+            whole_files.add(text_file)
+            continue
         path, parts = _parse_nodeid(nodeid)
         if not (repo / path).is_file():
             raise TaskforgeError(f"{nodeid}: no file {path} in the repository", reason=UNHIDEABLE)
@@ -97,7 +107,18 @@ def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None =
             changes[path] = None
         else:
             changes[path] = render_module(new_tree, module.text)
-    return changes
+    for path in sorted(whole_files):
+        changes[path] = None
+    return dict(sorted(changes.items()))
+
+
+def doctest_text_file(nodeid: str) -> str | None:
+    """The file of a text file's doctests (``--doctest-glob``: ``docs/usage.rst::usage.rst``, one
+    item for the whole file), which is hidden by deleting the file; None for any other id."""
+    path, sep, rest = nodeid.partition("::")
+    if sep and not path.endswith(".py") and rest == PurePosixPath(path).name:
+        return PurePosixPath(path).as_posix()
+    return None
 
 
 def _parse_nodeid(nodeid: str) -> tuple[str, tuple[str, ...]]:

@@ -201,6 +201,9 @@ class RunResult:
     """With coverage on: node id → repo-relative file → executed line numbers."""
     import_errors: dict[str, str] = field(default_factory=dict)
     """Modules asked to be imported that failed, with the last line of the error."""
+    import_calls: tuple[tuple[str, int, str], ...] = ()
+    """The workspace's code that ran while the modules asked for were imported: (repo-relative
+    file, first line, name) of each code object called (module bodies included)."""
     has_report: bool = False
     """Whether pytest wrote a JUnit report (with this run's nonce)."""
     properties: tuple[tuple[str, str], ...] = ()
@@ -547,6 +550,8 @@ class SuiteRunner:
             run = replace(run, layout=TestLayout.from_json(json.loads(reply["layout"])))
         if reply["import_errors"]:
             run = replace(run, import_errors=dict(reply["import_errors"]))
+        if reply.get("import_calls"):
+            run = replace(run, import_calls=tuple((path, int(line), name) for path, line, name in reply["import_calls"]))
         if reply["coverage"] is not None:
             prefix = f"{WORKSPACE}/"
             lines = json.loads(reply["coverage"])

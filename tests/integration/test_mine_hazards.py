@@ -6,7 +6,9 @@ doctests in the modules tasks remove code from, warnings as errors with a pytest
 (the fork server cannot serve it), tests parametrized over a set (seed-dependent ids) and one whose
 outcome depends on a set's order, a test that depends on timing, ids with ``.py`` and spaces, and hidden tests that implement a
 pytest hook whose signature pytest's hookspec also has. ``onefile``: one top-level module, and a
-pytest plugin installed that does not fit the environment's pytest.
+pytest plugin installed that does not fit the environment's pytest. ``lengths``: objects built
+while the package is imported (read from the source, any of their dunders may run then; only
+``__init__`` does), and docs that are doctests (``--doctest-glob=*.rst``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from taskforge.datasets import read_rows, read_tasks
+from taskforge.repo.symbols import build_index
 from taskforge.task import is_doctest_id
 
 pytestmark = pytest.mark.docker
@@ -177,3 +180,34 @@ def test_a_source_module_selected_for_its_doctests_is_no_test_module(hazard, bac
     with Scorer(backend=backend) as scorer:
         result = scorer.score(task, task.patch + addition)
     assert (result.status, result.reward) == ("ok", 1.0), (result.detail, result.tampering)
+
+
+def test_what_runs_at_import_is_measured_and_a_doctest_file_is_hidden_whole(tmp_path_factory, session_cache,  # type: ignore[no-untyped-def]
+                                                                           base_image) -> None:
+    out, summary = _mine("lengths", tmp_path_factory, session_cache)
+    # From the source alone every dunder of Unit may run at import (UNITS calls Unit(...)), and
+    # would be refused as "runs while the package is imported"; the baseline measured that only
+    # __init__ runs.
+    static = build_index(PROJECTS / "lengths", package_paths=["lengths"]).import_time
+    dunders = {f"lengths.units:Unit.{name}" for name in ("__repr__", "__eq__", "__hash__", "__lt__")}
+    assert dunders <= static
+    refused = [r for r in summary["rejected"] if "runs while the package is imported" in r["detail"]]
+    assert [r["target"] for r in refused if r["target"] != "lengths.units:Unit.__init__"] == [], refused
+    tasks = read_tasks(out)
+    assert {t.target for t in tasks} & dunders, sorted(t.target for t in tasks)
+    # A task of the docs' doctests: the file is the test, gone from the start state, back in test_patch.
+    documented = [t for t in tasks if any(i.startswith("docs/") for i in t.FAIL_TO_PASS)]
+    assert documented, [(t.target, t.FAIL_TO_PASS) for t in tasks]
+    for task in documented:
+        for nodeid in (i for i in task.FAIL_TO_PASS if i.startswith("docs/")):
+            path = nodeid.split("::")[0]
+            assert nodeid == f"{path}::{path.rsplit('/', 1)[1]}" and f"+++ b/{path}" in task.test_patch, nodeid
+    validated = _cli("validate", str(out), cache=session_cache)
+    assert validated.returncode == 0 and "BROKEN" not in validated.stdout, validated.stdout[-3000:]
+    rewards = out.parent / f"{out.name}-rewards"
+    assert _cli("score", "--tasks", str(out), "--gold", "--empty", "--out", str(rewards), cache=session_cache).returncode == 0
+    rows = read_rows(rewards)
+    assert len(rows) == 2 * len(tasks)
+    for row in rows:
+        wanted = 1.0 if row["candidate_id"] == "gold" else 0.0
+        assert (row["status"], row["reward"]) == ("ok", wanted), (row["instance_id"], row["detail"])

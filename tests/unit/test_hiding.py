@@ -453,7 +453,7 @@ def test_a_file_left_without_tests_is_deleted(tmp_path: Path) -> None:
     [
         "src/pkg/mod.py::pkg.mod.function",  # a doctest
         "tests/test_x.py::tests.test_x",  # a module doctest
-        "README.rst::README.rst",  # a text-file doctest
+        "README.rst::README.rst",  # a text-file doctest, of no file here
         "docs/index.md",
         "tests/test_x.py::test_missing",
         "tests/test_x.py::TestChild::test_missing",  # in no class TestChild inherits from
@@ -466,6 +466,19 @@ def test_unhideable_ids(nodeid: str, tmp_path: Path) -> None:
     write(tmp_path, {"tests/test_x.py": TEST_X, "src/pkg/mod.py": "def function():\n    '''>>> 1\n    1'''\n"})
     with pytest.raises(TaskforgeError) as info:
         hide_tests(tmp_path, [nodeid])
+    assert info.value.reason == "unhideable_test"
+
+
+def test_a_text_file_of_doctests_is_hidden_whole(tmp_path: Path) -> None:
+    """``--doctest-glob='*.rst'`` makes each matching file one test (``path::name``): hiding it
+    deletes the file, beside the functions hidden in the same call."""
+    write(tmp_path, {"tests/test_x.py": TEST_X, "docs/usage/parse.rst": "Parse\n=====\n\n>>> 1 + 1\n2\n"})
+    changes = hide_tests(tmp_path, ["docs/usage/parse.rst::parse.rst", "tests/test_x.py::test_plain"])
+    assert list(changes) == ["docs/usage/parse.rst", "tests/test_x.py"]
+    assert changes["docs/usage/parse.rst"] is None
+    assert "def test_plain" not in (changes["tests/test_x.py"] or "")
+    with pytest.raises(TaskforgeError) as info:  # the item of a text file is named after the file
+        hide_tests(tmp_path, ["docs/usage/parse.rst::other.rst"])
     assert info.value.reason == "unhideable_test"
 
 
