@@ -33,7 +33,7 @@ import os
 import platform
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -161,8 +161,12 @@ class DatasetWriter:
         recipe: Mapping[str, Any],
         versions: Mapping[str, str],
         config: WriterConfig | None = None,
+        run_only: Collection[str] = (),
     ) -> None:
         self.directory = directory
+        self.run_only = tuple(run_only)
+        """Dotted keys of ``recipe`` (``config.tracebacks``) that only change how a run goes, not
+        what it writes: a run may resume a folder that an earlier run wrote with other values."""
         self.kind = kind
         self.config = config or WriterConfig()
         self.adopted: list[str] = []
@@ -230,8 +234,9 @@ class DatasetWriter:
             raise TaskforgeError(
                 f"{self.directory} holds {manifest.kind} v{manifest.schema_version}, not {self.kind.name} "
                 f"v{self.kind.version}; write to a new folder", reason="schema_version")
-        if manifest.recipe != recipe:
-            changed = sorted(k for k in set(manifest.recipe) | set(recipe) if manifest.recipe.get(k) != recipe.get(k))
+        before, now = _without(manifest.recipe, self.run_only), _without(recipe, self.run_only)
+        if before != now:
+            changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
             raise TaskforgeError(
                 f"{self.directory} was written with another recipe (differs in {', '.join(changed)}); resuming needs "
                 "the same one, so write to a new folder", reason="recipe_mismatch")
@@ -391,3 +396,16 @@ class DatasetWriter:
         os.replace(pending, self.directory / name)
         fsync_dir(self.directory)
         return info
+
+
+def _without(recipe: Mapping[str, Any], dotted: Iterable[str]) -> dict[str, Any]:
+    """``recipe`` without the dotted keys (``config.tracebacks``), wherever they are present."""
+    copy: dict[str, Any] = json.loads(json.dumps(recipe))
+    for key in dotted:
+        *parents, last = key.split(".")
+        node: Any = copy
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return copy

@@ -15,6 +15,10 @@ CONTINUE_ON_COLLECTION_ERRORS = ("--continue-on-collection-errors",)
 
 TRACEBACKS = ("auto", "long", "short", "line", "native", "no")
 
+RUN_ONLY = ("tracebacks",)
+"""Settings of :class:`MineConfig` that change how validation runs, not which tasks it writes: a
+sweep may resume a folder an earlier run wrote with other values of these."""
+
 
 def traceback_args(config: MineConfig) -> tuple[str, ...]:
     return () if config.tracebacks is None else (f"--tb={config.tracebacks}",)

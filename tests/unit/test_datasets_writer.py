@@ -96,6 +96,26 @@ def test_another_recipe_is_refused(tmp_path: Path) -> None:
     assert err.value.reason == "recipe_mismatch"
 
 
+def test_settings_that_only_change_how_a_run_goes_may_differ_on_resume(tmp_path: Path) -> None:
+    """``run_only`` keys (mining's ``tracebacks``) may differ, or be missing on either side; the
+    manifest keeps the recipe of the run that made the folder, and any other change is refused."""
+    first = {"command": "mine", "config": {"seed": 0, "tracebacks": None}}
+    with DatasetWriter(tmp_path, kind=TASKS, recipe=first, versions={}, run_only=["config.tracebacks"]) as writer:
+        writer.write(task_rows(3), prefix="tasks-demo")
+    for config in ({"seed": 0, "tracebacks": "native"}, {"seed": 0}):
+        with DatasetWriter(tmp_path, kind=TASKS, recipe={"command": "mine", "config": config}, versions={},
+                           run_only=["config.tracebacks"]):
+            pass
+    assert read_manifest(tmp_path).recipe == first
+    with pytest.raises(TaskforgeError, match="another recipe .*config") as err:
+        DatasetWriter(tmp_path, kind=TASKS, recipe={"command": "mine", "config": {"seed": 1, "tracebacks": None}},
+                      versions={}, run_only=["config.tracebacks"])
+    assert err.value.reason == "recipe_mismatch"
+    with pytest.raises(TaskforgeError, match="another recipe"):  # without run_only, the same change is refused
+        DatasetWriter(tmp_path, kind=TASKS, recipe={"command": "mine", "config": {"seed": 0, "tracebacks": "line"}},
+                      versions={})
+
+
 def test_one_writer_at_a_time(tmp_path: Path) -> None:
     with _writer(tmp_path), pytest.raises(TaskforgeError) as err:
         _writer(tmp_path)
