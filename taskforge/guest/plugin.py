@@ -138,6 +138,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if item.nodeid in wanted]
+    # A selection's files are named on the command line, in path order; without them pytest walks
+    # its ``testpaths`` in the order the configuration lists them. Suites rely on that order (an
+    # autouse fixture of ``tests/`` fills the doctest namespace that the ``docs/`` files read), so
+    # the items go back into it.
+    roots = _testpath_roots(config)
+    if len(roots) > 1:
+        items[:] = sorted(items, key=lambda item: _rank(str(item.path), roots))  # stable
+
+
+def _testpath_roots(config: pytest.Config) -> list[str]:
+    """The folders and files ``testpaths`` names, in the order pytest collects them."""
+    import glob
+
+    roots: list[str] = []
+    for entry in config.getini("testpaths"):
+        pattern = os.path.join(str(config.rootpath), entry)
+        matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(entry) else [pattern]
+        roots += [os.path.normpath(match) for match in matches]
+    return roots
+
+
+def _rank(path: str, roots: list[str]) -> int:
+    for index, root in enumerate(roots):
+        if path == root or path.startswith(root + os.sep):
+            return index
+    return len(roots)
 
 
 @pytest.hookimpl(hookwrapper=True)
