@@ -8,7 +8,8 @@ predicted FAIL_TO_PASS tests, which validation runs first.
 
 Ranking is deterministic for a given seed: a score favouring substantial, documented features
 tested by several tests, plus a small seeded jitter that breaks ties and varies the pick between
-seeds. Strategies are interleaved so that every strategy gets its turn.
+seeds. Strategies are interleaved so that every strategy gets its turn. ``feature`` candidates
+(:mod:`taskforge.mining.features`) rank features that span more files and symbols first.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskforge.mining.removal.cst import Strategy
+from taskforge.mining.features import find_features
+from taskforge.mining.removal.cst import STRATEGIES, Strategy
 from taskforge.repo.symbols import Symbol, SymbolIndex
 
 __all__ = ["Candidate", "CandidateConfig", "body_lines", "find_candidates", "tests_by_symbol"]
@@ -39,7 +41,11 @@ class CandidateConfig:
     max_body_lines: int = 400
     """Longer features make unwieldy tasks."""
     strategies: tuple[Strategy, ...] = ("body", "symbol", "module")
-    """Which removal strategies to propose."""
+    """Which removal strategies to propose (``feature`` too, on request)."""
+    min_feature_symbols: int = 2
+    """A ``feature`` takes out at least this many functions, methods and classes."""
+    max_feature_lines: int = 1500
+    """A ``feature``'s size limit (its definitions' lines); ``max_body_lines`` bounds the others."""
 
     def __post_init__(self) -> None:
         if self.min_tests < 1:
@@ -48,9 +54,12 @@ class CandidateConfig:
             raise ValueError(f"CandidateConfig.max_test_fraction must be in (0, 1], got {self.max_test_fraction}")
         if self.min_body_lines < 1 or self.max_body_lines < self.min_body_lines:
             raise ValueError("CandidateConfig.min_body_lines must be at least 1 and at most max_body_lines")
-        unknown = set(self.strategies) - {"body", "symbol", "module"}
+        unknown = set(self.strategies) - set(STRATEGIES)
         if unknown or not self.strategies:
-            raise ValueError(f"CandidateConfig.strategies must be a non-empty subset of body, symbol, module; got {self.strategies}")
+            raise ValueError(f"CandidateConfig.strategies must be a non-empty subset of {', '.join(STRATEGIES)}; "
+                             f"got {self.strategies}")
+        if self.min_feature_symbols < 1 or self.max_feature_lines < 1:
+            raise ValueError("CandidateConfig.min_feature_symbols and max_feature_lines must be at least 1")
         self.strategies = tuple(self.strategies)
 
 
@@ -64,6 +73,12 @@ class Candidate:
     size: int
     """Lines of code the removal takes away (bodies, for the body strategy)."""
     score: float
+    members: tuple[str, ...] = ()
+    """For ``feature``: everything the removal deletes, the target among them."""
+    files: int = 1
+    """Files the removal is expected to change."""
+    depth: int = 1
+    """Longest chain of uses among the removed symbols."""
 
 
 def body_lines(repo: Path, index: SymbolIndex) -> dict[str, tuple[int, int]]:
@@ -170,7 +185,20 @@ def find_candidates(
             size = len((repo / path).read_text(encoding="utf-8").splitlines())
             add(module, "module", tests, size, any(index.symbols[q].docstring for q in members))
 
-    ranked = {s: sorted(c, key=lambda c: (-c.score, c.target)) for s, c in by_strategy.items()}
+    if "feature" in by_strategy:
+        for feature in find_features(index, exercised, passing, max_tests=limit, min_symbols=config.min_feature_symbols):
+            if not config.min_body_lines <= feature.size <= config.max_feature_lines:
+                continue
+            documented = any(index.symbols[m].docstring for m in feature.members if m in index.symbols)
+            jitter = random.Random(f"{seed}:feature:{feature.anchor}:{','.join(feature.members)}").random()
+            score = (0.5 * min(len(feature.files) - 1, 3) / 3 + 0.4 * min(feature.symbols - 1, 9) / 9
+                     + 0.3 * min(feature.size, 200) / 200 + 0.2 * min(feature.depth - 1, 3) / 3 + 0.3 * documented
+                     + 0.2 * min(len(feature.tests), 10) / 10 + 0.25 * jitter)
+            by_strategy["feature"].append(Candidate(
+                target=feature.anchor, strategy="feature", tests=tuple(sorted(feature.tests)), size=feature.size,
+                score=round(score, 6), members=feature.members, files=len(feature.files), depth=feature.depth))
+
+    ranked = {s: sorted(c, key=lambda c: (-c.score, c.target, c.members)) for s, c in by_strategy.items()}
     interleaved: list[Candidate] = []
     for row in range(max((len(c) for c in ranked.values()), default=0)):
         for strategy in config.strategies:

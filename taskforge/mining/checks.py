@@ -131,7 +131,8 @@ class Decided:
 def remove_candidate(candidate: Candidate, ctx: Context) -> tuple[Removal, dict[str, str | None]] | Rejected:
     """The removal and its file changes, or why there is none."""
     try:
-        removal = ctx.agent.remove(ctx.snapshot.path, ctx.index, target=candidate.target, strategy=candidate.strategy)
+        removal = ctx.agent.remove(ctx.snapshot.path, ctx.index, target=candidate.target, strategy=candidate.strategy,
+                                   members=candidate.members)
     except TaskforgeError as err:
         return Rejected.of_error(err)
     changes = dict(removal.files)
@@ -205,7 +206,7 @@ def check_fast(
     affected tests and the checks run once more, instead of the candidate being rejected.
     """
     timings: dict[str, list[float]] = {"affected_s": [], "start_state_s": []}
-    importable = [m for m in ctx.baseline.importable if m not in removed_modules(candidate)]
+    importable = [m for m in ctx.baseline.importable if m not in removed_modules(removal, ctx.index)]
     tests = list(candidate.tests)
     for round_ in range(2):
         failing_sets: list[set[str]] = []
@@ -274,7 +275,7 @@ def check_naive(
         timings["full_s"].append(round(run.duration_s, 3))
         return run
 
-    importable = [m for m in ctx.baseline.importable if m not in removed_modules(candidate)]
+    importable = [m for m in ctx.baseline.importable if m not in removed_modules(removal, ctx.index)]
     for _ in range(ctx.config.repeats):  # check 1: the package imports
         imported = fresh(changes, imports=importable, pytest=False)
         if imported.import_errors:
@@ -339,6 +340,7 @@ def make_task(candidate: Candidate, removal: Removal, checked: Checked, ctx: Con
         # failed because their module imports it.
         hidden_tests=tuple(t for t in checked.fail_to_pass if t in candidate.tests) or tuple(checked.fail_to_pass),
         removed_code=removal.removed_code,
+        **(_feature_context(removal, source_paths, ctx.index) if candidate.strategy == "feature" else {}),
     )
     try:
         statement = writer.write(context)
@@ -382,6 +384,19 @@ def make_task(candidate: Candidate, removal: Removal, checked: Checked, ctx: Con
         seed=ctx.config.seed,
         taskforge_version=__version__,
     )
+
+
+def _feature_context(removal: Removal, source_paths: Sequence[str], index: SymbolIndex) -> dict[str, Any]:
+    """The files a feature removal changed, and the public names each still defines."""
+    removed = set(removal.removed)
+    by_path = {p: m for m, p in index.modules.items()}
+    remaining = {
+        path: tuple(s.name for s in index.symbols.values()
+                    if s.path == path and s.parent is None and not s.is_private and s.qualname not in removed)
+        for path in source_paths
+        if path in by_path and removal.files.get(path, "") is not None
+    }
+    return {"files": tuple(p for p in source_paths if p in by_path), "remaining": remaining}
 
 
 def finding_detail(findings: Sequence[Mapping[str, Any]]) -> str:
@@ -471,5 +486,7 @@ def audit_image(
     return kept
 
 
-def removed_modules(candidate: Candidate) -> set[str]:
-    return {candidate.target} if candidate.strategy == "module" else set()
+def removed_modules(removal: Removal, index: SymbolIndex) -> set[str]:
+    """The modules whose files the removal deletes."""
+    deleted = {path for path, text in removal.files.items() if text is None}
+    return {module for module, path in index.modules.items() if path in deleted}

@@ -1,13 +1,14 @@
 """The LLM removal agent (``"llm"`` in :data:`taskforge.mining.removal.cst.REMOVAL_AGENTS`): a model removes
 the feature through tools, over an OpenAI-compatible endpoint (:mod:`taskforge.llm.client`).
 
-The model is told the target, its strategy (the same three as the libcst agent: ``body``,
-``symbol``, ``module``) and where it is defined, and works in a tool loop:
+The model is told the target, its strategy (the same four as the libcst agent: ``body``,
+``symbol``, ``module``, ``feature``) and where it is defined (for a feature: every member, with
+its file and lines), and works in a tool loop:
 
 ``view``         a file with line numbers (a line range), or the files under a folder
 ``grep``         a regular expression over the tree (or under a path)
 ``edit``         replace one exact, unique occurrence of a string in a file (never a test file)
-``delete_file``  delete a file (the module strategy only)
+``delete_file``  delete a file (the module and feature strategies only)
 ``run_tests``    run pytest on the edited tree (only when a :class:`~taskforge.repo.suite.SuiteRunner`
                  of the same repository is handed in; mining hands in its warm one)
 ``finish``       done; ``give_up``: the feature cannot go without breaking the rest
@@ -17,7 +18,8 @@ writes nothing and returns a :class:`~taskforge.mining.removal.cst.Removal`, so 
 the validation, scrub and audit the libcst agent's does. ``finish`` is refused (the model is told
 why and goes on) until the edit is what the strategy asks: for ``body`` the last definition keeps
 its decorators, signature and docstring and its body is ``raise NotImplementedError``; for
-``symbol`` no definition of the name is left in its scope; for ``module`` the file is gone; and
+``symbol`` no definition of the name is left in its scope; for ``module`` the file is gone; for
+``feature`` no member is defined any more (a variable: assigned at module level); and
 every changed Python file parses. ``Removal.removed`` and ``removed_code`` are read off the edit:
 the target, then the other definitions that disappeared (a function nested in a hollowed body
 counts as the body), with the code taken out of each.
@@ -50,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from taskforge.errors import LLMError, TaskforgeError
 from taskforge.llm.client import ChatClient, LLMConfig, ToolCall, write_trajectory
 from taskforge.mining.removal.cst import NOT_APPLICABLE, STRATEGIES, Removal, Strategy
+from taskforge.mining.removal.feature import module_variables
 from taskforge.repo.symbols import SymbolIndex
 from taskforge.repo.testfiles import is_test_path
 
@@ -96,6 +99,13 @@ _STRATEGY_RULES: dict[str, str] = {
     "module": (
         "Delete this module's file. Remove the imports of it, and of names from it, elsewhere in the "
         "package, and drop those names from `__all__` lists."
+    ),
+    "feature": (
+        "Delete every member listed above: each function, method or class (every definition of its "
+        "name in its scope) and each module-level variable, wherever they are. Remove their names from "
+        "`__all__` lists, drop imports that only re-export them, and take out the entries of module-level "
+        "dispatch tables (dict, list, tuple or set literals) that name them. Delete a module file that is "
+        "left with nothing but imports. A block left empty gets `pass`. Delete nothing that is not listed."
     ),
 }
 
@@ -157,14 +167,17 @@ class LLMRemovalAgent:
         self.llm = llm
         self.runner = runner
 
-    def remove(self, repo: Path, index: SymbolIndex, *, target: str, strategy: Strategy) -> Removal:
+    def remove(
+        self, repo: Path, index: SymbolIndex, *, target: str, strategy: Strategy, members: Sequence[str] = ()
+    ) -> Removal:
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-        where = _where(index, target, strategy)
+        members = tuple(members) if strategy == "feature" else ()
+        where = _where(index, target, strategy, members)
         tools = [name for name in TOOLS if (name != "run_tests" or self.runner is not None)
-                 and (name != "delete_file" or strategy == "module")]
+                 and (name != "delete_file" or strategy in ("module", "feature"))]
         session = _Session(workspace=_Workspace(Path(repo)), index=index, target=target, strategy=strategy,
-                           runner=self.runner, tools=tools)
+                           runner=self.runner, tools=tools, members=members)
         client = ChatClient(self.llm)
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM_PROMPT},
@@ -229,8 +242,10 @@ def _clip(text: str) -> str:
     return text[:_TOOL_OUTPUT_CHARS] + f"\n... ({len(text) - _TOOL_OUTPUT_CHARS} more characters cut)"
 
 
-def _where(index: SymbolIndex, target: str, strategy: Strategy) -> str:
+def _where(index: SymbolIndex, target: str, strategy: Strategy, members: Sequence[str] = ()) -> str:
     """Where the target is, for the prompt; refuses what the index cannot place (as the libcst agent does)."""
+    if strategy == "feature":
+        return _where_feature(index, target, members)
     if strategy == "module":
         path = index.modules.get(target)
         if path is None:
@@ -260,6 +275,30 @@ def _where(index: SymbolIndex, target: str, strategy: Strategy) -> str:
             shown = ", ".join(f"`{u}`" for u in users[:10]) + (f" and {len(users) - 10} more" if len(users) > 10 else "")
             where += f" Other package code uses it: {shown}."
     return where
+
+
+def _where_feature(index: SymbolIndex, target: str, members: Sequence[str]) -> str:
+    """The feature's members, each with its file and lines; refuses what the libcst agent refuses
+    before any edit (a member the index cannot place, or one that runs at import)."""
+    if target not in members:
+        raise TaskforgeError(f"{target} is not among the feature's members", reason=NOT_APPLICABLE)
+    variables = module_variables(index)
+    lines = []
+    for member in members:
+        module, _, local = member.partition(":")
+        if member in index.symbols:
+            symbol = index.symbols[member]
+            if member in index.import_time:
+                raise TaskforgeError(f"{member} runs while the package is imported", reason=NOT_APPLICABLE)
+            spans = ", ".join(f"{a}-{b}" for a, b in index.spans[member])
+            lines.append(f"- the {symbol.kind} `{local}` in `{symbol.path}` (lines {spans})")
+        elif member in variables:
+            lines.append(f"- the module-level variable `{local}` in `{index.modules[module]}`")
+        else:
+            raise TaskforgeError(f"{member} is neither a symbol nor a module-level variable of the index",
+                                 reason=NOT_APPLICABLE)
+    return (f"The feature of `{target}` is these {len(members)} definitions, which the rest of the package "
+            f"does not need:\n" + "\n".join(lines))
 
 
 # --- the tree the model sees ---------------------------------------------------------------------
@@ -329,6 +368,7 @@ class _Session:
     strategy: Strategy
     runner: SuiteRunner | None
     tools: list[str]
+    members: tuple[str, ...] = ()
     handlers: dict[str, Callable[..., str | Removal]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -473,6 +513,20 @@ class _Session:
             if changes.get(path, "") is not None:
                 problems.append(f"{path} still exists: the module strategy deletes it")
             return problems
+        if self.strategy == "feature":
+            for member in self.members:
+                module, _, local = member.partition(":")
+                path = self.index.modules[module]
+                text = changes[path] if path in changes else self.workspace.read(path)
+                if text is None:
+                    continue
+                if member in self.index.symbols:
+                    found = _definitions(text).get(local)
+                    if found:
+                        problems.append(f"{local} is still defined in {path} (line {found[0].lineno})")
+                elif local in _module_assignments(text):
+                    problems.append(f"{local} is still assigned in {path}")
+            return problems
         symbol = self.index.symbols[self.target]
         local = self.target.partition(":")[2]
         new_text = changes[symbol.path] if symbol.path in changes else self.workspace.read(symbol.path)
@@ -521,6 +575,15 @@ def _definitions(text: str) -> dict[str, list[_Definition]]:
 
     walk(ast.parse(text.removeprefix("\ufeff")), "")
     return found
+
+
+def _module_assignments(text: str) -> set[str]:
+    """Names assigned by module-level statements."""
+    names: set[str] = set()
+    for node in ast.parse(text.removeprefix("\ufeff")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
 
 
 def _header(node: _Definition) -> str:

@@ -45,6 +45,8 @@ _WHAT_HAPPENED = {
     "body": "Its body was replaced with `raise NotImplementedError`; the signature and docstring stayed.",
     "symbol": "Its definition was deleted.",
     "module": "The whole module file was deleted.",
+    "feature": "It was deleted together with the other definitions of the feature, in several places, and the "
+               "imports and registrations that named them.",
 }
 _THINKING = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
 

@@ -14,7 +14,7 @@ import importlib
 import re
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from taskforge.repo.text import source_lines
@@ -52,6 +52,10 @@ class StatementContext:
     hidden_tests: tuple[str, ...]
     removed_code: Mapping[str, str]
     """The removed source, for checks only: writers must not quote it."""
+    files: tuple[str, ...] = ()
+    """For a ``feature``: the source files the removal changed or deleted."""
+    remaining: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """For a ``feature``: file -> the public names it still defines, the interface that stays."""
 
 
 class StatementWriter(Protocol):
@@ -91,6 +95,11 @@ class TemplateStatementWriter:
             lines.append("Implement it so that it behaves as its signature and docstring describe.")
         elif context.strategy == "symbol":
             lines.append(f"`{target}` is missing from `{context.module_path}`. Add it, with the behaviour below.")
+        elif context.strategy == "feature":
+            where = ", ".join(f"`{f}`" for f in context.files) or f"`{context.module_path}`"
+            lines.append(f"A feature of this package is missing: `{target}` and the code that works with it, which "
+                         f"lived in {where}. Build it again, with the interface and the behaviour below: where the "
+                         f"code goes and how it is organised is up to you.")
         else:
             lines.append(f"The module `{target}` (`{context.module_path}`) is missing. Create it, with the behaviour below.")
         lines.append("The rest of the package already works; keep its public API as it is.")
@@ -106,6 +115,13 @@ class TemplateStatementWriter:
                 if symbol.docstring:
                     lines.append(textwrap.indent(f'"""{symbol.docstring}"""', "    "))
                 lines.append("```")
+        if context.remaining:
+            lines.append("")
+            lines.append("## Where it fits")
+            lines.append("")
+            for path, names in sorted(context.remaining.items()):
+                shown = ", ".join(f"`{n}`" for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+                lines.append(f"- `{path}` still has {shown}." if names else f"- `{path}` has no other public names.")
         behaviours = sorted({b for b in (_behaviour(t) for t in context.hidden_tests) if b})
         if behaviours:
             lines.append("")
