@@ -38,11 +38,19 @@ _API = {
     "is_test_path": "taskforge.repo.testfiles",
     "TestLayout": "taskforge.repo.testfiles",
     "checked_value": "taskforge.config",
+    "is_uri": "taskforge.datasets",
+    "read_manifest": "taskforge.datasets",
+    "MineRequest": "taskforge.datasets.requests",
+    "submit_request": "taskforge.datasets.requests",
+    "open_requests": "taskforge.datasets.requests",
+    "BANDS": "taskforge.difficulty",
 }
 """Public name -> the module that defines it (imported on first use)."""
 
 __all__ = [
     "__version__",
+    "BANDS",
+    "MineRequest",
     "Environment",
     "RewardClient",
     "RewardResult",
@@ -58,15 +66,21 @@ __all__ = [
     "WORKSPACE",
     "checked_value",
     "is_test_path",
+    "is_uri",
     "open_backend",
+    "open_requests",
+    "read_manifest",
     "read_tasks",
     "rebuild_start_state",
+    "submit_request",
     "typed_config",
 ]
 
 if TYPE_CHECKING:
     from taskforge.config import checked_value, typed_config
-    from taskforge.datasets import read_tasks
+    from taskforge.datasets import is_uri, read_manifest, read_tasks
+    from taskforge.datasets.requests import MineRequest, open_requests, submit_request
+    from taskforge.difficulty import BANDS
     from taskforge.errors import SandboxError, TaskforgeError
     from taskforge.repo.environment import WORKSPACE, Environment
     from taskforge.repo.startstate import rebuild_start_state

@@ -75,6 +75,17 @@ class Task:
     """The leak audit, as JSON (taskforge.mining.audit.scan.AuditResult): findings, what was searched, time."""
     seed: int
     taskforge_version: str
+    removed_symbols: int
+    """The difficulty record (taskforge.difficulty): functions, methods and classes removed."""
+    removed_files: int
+    fail_to_pass_count: int
+    call_depth: int
+    public_api_removed: bool
+    difficulty: float
+    """The estimate in [0, 1]."""
+    solve_rate: float | None = None
+    """Measured share of scored rollouts that solved it; None until rewards exist (``taskforge rate``)."""
+    solve_attempts: int = 0
 
     def to_row(self) -> dict[str, Any]:
         row = asdict(self)
@@ -162,6 +173,7 @@ class RejectReason(StrEnum):
 
     # the problem statement and the audit
     STATEMENT_LEAKS_CODE = "statement_leaks_code"
+    DIFFICULTY_OUT_OF_BAND = "difficulty_out_of_band"
     AUDIT_FINDINGS = "audit_findings"
     AUDIT_EMPTY_FINGERPRINT = "audit_empty_fingerprint"
 

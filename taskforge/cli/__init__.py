@@ -26,5 +26,5 @@ def main() -> None:
 
 for command in (mine.test_command, mine.mine_command, mine.validate_command, mine.audit_command,
                 score.score_command, score.serve_command, data.inspect_command, data.report_command,
-                data.export_command, data.checkout_command, sandbox.sandbox_group):
+                data.export_command, data.checkout_command, data.migrate_command, data.rate_command, sandbox.sandbox_group):
     main.add_command(command)

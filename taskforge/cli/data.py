@@ -9,7 +9,7 @@ import click
 from taskforge.cli.common import one_line_errors, status
 from taskforge.errors import TaskforgeError
 
-__all__ = ["checkout_command", "export_command", "inspect_command", "report_command"]
+__all__ = ["checkout_command", "export_command", "inspect_command", "migrate_command", "rate_command", "report_command"]
 
 
 @click.command("inspect")
@@ -46,6 +46,42 @@ def inspect_command(directory: Path, plots_dir: Path | None, rejections: bool) -
                                  reason="missing_dependency") from err
         for path in write_plots(summary, plots_dir):
             click.echo(f"wrote {path}")
+
+
+@click.command("migrate")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@one_line_errors
+def migrate_command(directory: Path) -> None:
+    """Bring the dataset folder DIRECTORY, written by an older schema version, to the current one,
+    in place and atomically (task rows v2 -> v3 gain the difficulty record, computed from each row).
+    A folder that is current is left as it is."""
+    from taskforge.datasets.migrate import migrate
+
+    done = migrate(directory)
+    if done.before == done.after:
+        click.echo(f"{directory}: schema v{done.after} is current; nothing to do")
+    else:
+        click.echo(f"{directory}: v{done.before} -> v{done.after}, {done.rows} rows in {done.shards} shard(s)")
+
+
+@click.command("rate")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--rewards", "rewards", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A reward folder to count (repeatable) [default: DIRECTORY/rewards].")
+@one_line_errors
+def rate_command(directory: Path, rewards: tuple[Path, ...]) -> None:
+    """Write each task's measured solve rate into the task folder DIRECTORY: the share of its scored
+    rollouts (reward rows other than gold and empty, infra errors left out) that earned 1.0."""
+    from taskforge.datasets.rates import rate
+
+    folders = list(rewards) or [directory / "rewards"]
+    missing = [f for f in folders if not f.is_dir()]
+    if missing:
+        raise TaskforgeError(f"{missing[0]} is not a folder: score some rollouts first, or name --rewards",
+                             reason="no_rewards")
+    done = rate(directory, folders)
+    click.echo(f"{directory}: {done.rated} of {done.tasks} tasks rated from {done.attempts} rollouts "
+               f"({done.shards} shard(s) rewritten)")
 
 
 @click.command("report")

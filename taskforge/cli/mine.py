@@ -73,10 +73,16 @@ def test_command(source: str, runs: int, as_json: bool, timeout_s: float) -> Non
 @click.option("--again", "again", multiple=True, metavar="SOURCE",
               help="Mine SOURCE again although the dataset lists it as mined (after an upgrade that changes "
                    "its result); its tasks written before stay, new ones are added. Repeatable.")
+@click.option("--follow", "follow_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Follow the task folder DIR: mine what its requests ask for (a trainer's requests for harder "
+                   "tasks, DIR/requests/pending), with the folder's own configuration, until stopped.")
+@click.option("--poll", "poll_s", type=click.FloatRange(0.1), default=10.0, show_default=True,
+              help="With --follow: seconds between looks for new requests.")
+@click.option("--once", is_flag=True, help="With --follow: stop once no request is pending.")
 @one_line_errors
 def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: str | None, address: str | None,
                  max_tasks: int | None, strategies: str | None, keep_flagged: bool | None, seed: int | None,
-                 again: tuple[str, ...]) -> None:
+                 again: tuple[str, ...], follow_dir: Path | None, poll_s: float, once: bool) -> None:
     """Mine feature-removal tasks from each SOURCE (or the recipe's sources) into a dataset.
 
     The dataset gets one shard per repository, written as soon as the repository finishes, and a
@@ -94,6 +100,11 @@ def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: st
     )
     from taskforge.scoring.scorer import gate_scorer
 
+    if follow_dir is not None:
+        if sources or recipe_path is not None or out_dir is not None:
+            raise click.UsageError("--follow DIR mines what DIR's requests ask for: give no SOURCES, --recipe or --out")
+        _follow(follow_dir, address or "local", poll_s=poll_s, once=once)
+        return
     try:
         if recipe_path is not None:
             recipe = load_recipe(recipe_path)
@@ -167,6 +178,25 @@ def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: st
     click.echo("time per stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(summary.stage_s.items(), key=lambda kv: -kv[1])))
     if summary.pending and len(summary.failures) == len(summary.pending):
         sys.exit(1)  # nothing was mined at all
+
+
+def _follow(directory: Path, address: str, *, poll_s: float, once: bool) -> None:
+    from taskforge.mining.follow import follow
+    from taskforge.mining.recipe import RayConfig
+    from taskforge.mining.run import inline_executor
+    from taskforge.sandbox import SandboxLimits
+    from taskforge.scoring.scorer import gate_scorer
+
+    ray = RayConfig(address=address)
+    if address == "inline":
+        executor = inline_executor(gate_scorer)
+    else:
+        from taskforge.mining.distributed import ray_executor
+
+        executor = ray_executor(gate_scorer)
+    status(f"following {directory}: requests in {directory / 'requests' / 'pending'}" + (" (until none is pending)" if once else ""))
+    done = follow(directory, executor, sandbox=SandboxLimits.load(None), ray=ray, poll_s=poll_s, once=once, status=status)
+    click.echo(f"served {len(done.served)} request(s), {done.tasks} new task(s) in {directory}")
 
 
 @click.command("validate")

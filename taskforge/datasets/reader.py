@@ -97,8 +97,10 @@ def verify(directory: Path, *, digests: bool = True) -> Manifest:
 def _readable_kind(where: Path | str, manifest: Manifest) -> DatasetKind:
     kind = get_kind(manifest.kind)
     if manifest.schema_version != kind.version:
+        hint = (f": run `taskforge migrate {where}`" if manifest.schema_version < kind.version
+                else ": upgrade taskforge")
         raise TaskforgeError(f"{where} holds {kind.name} schema version {manifest.schema_version}; this taskforge "
-                             f"reads version {kind.version}", reason="schema_version")
+                             f"reads version {kind.version}{hint}", reason="schema_version")
     return kind
 
 

@@ -29,8 +29,10 @@ __all__ = [
     "task_schema",
 ]
 
-TASK_SCHEMA_VERSION = 2
-"""v1: first shards; v2: ``source_commit`` and ``audit`` added, ``base_commit`` is the start state's commit."""
+TASK_SCHEMA_VERSION = 3
+"""v1: first shards; v2: ``source_commit`` and ``audit`` added, ``base_commit`` is the start state's commit;
+v3: the difficulty record (:mod:`taskforge.difficulty`) and measured solve rates (``taskforge migrate``
+brings a v2 folder to v3)."""
 REWARD_SCHEMA_VERSION = 2
 """v1: first reward rows; v2: the scorer's statuses (ok, timeout, patch_failed, tampered, infra_error),
 ``outcomes``, ``dropped`` and ``detail`` added."""
@@ -43,7 +45,7 @@ _TASK_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("base_commit", "string", "The start state's commit: a fresh repository with this one commit."),
     ("source_commit", "string", "The commit of the source snapshot the task was cut from."),
     ("version", "string", "The project's version (or the source commit's prefix)."),
-    ("strategy", "string", "Removal strategy: body, symbol or module."),
+    ("strategy", "string", "Removal strategy: body, symbol, module or feature."),
     ("target", "string", "The removed feature, as module or module:qualname."),
     ("removed", "list<string>", "Every symbol the removal took out (the target and its exclusive helpers)."),
     ("patch", "string", "Gold patch: start state -> original code. Touches no test file."),
@@ -60,6 +62,14 @@ _TASK_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("audit", "string", "JSON: the leak audit (clean, findings, fingerprint counts, files, bytes, seconds)."),
     ("seed", "int64", "Seed of the candidate ranking."),
     ("taskforge_version", "string", "taskforge version that mined the task."),
+    ("removed_symbols", "int64", "Difficulty: functions, methods and classes removed (a hollowed body: 1)."),
+    ("removed_files", "int64", "Difficulty: files the gold patch changes."),
+    ("fail_to_pass_count", "int64", "Difficulty: FAIL_TO_PASS tests."),
+    ("call_depth", "int64", "Difficulty: longest chain of uses among the removed definitions (1: none uses another)."),
+    ("public_api_removed", "bool", "Difficulty: a public name is gone (never for body: the signature stays)."),
+    ("difficulty", "float64", "Difficulty: the estimate in [0, 1] combining the record (taskforge.difficulty)."),
+    ("solve_rate", "float64", "Measured share of scored rollouts that solved the task (null until rewards exist)."),
+    ("solve_attempts", "int64", "Scored rollouts behind solve_rate (0 until rewards exist)."),
 )
 
 _REWARD_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -135,9 +145,13 @@ class DatasetKind:
     """(name, type, description) of every column, in order."""
     schema: Callable[[], pa.Schema]
     """Builds the pyarrow schema (pyarrow is imported only when it is called)."""
+    nullable: frozenset[str] = frozenset()
+    """Columns that may hold nulls (a value not known yet); every other column must hold a value."""
 
     def __post_init__(self) -> None:
         names = [c[0] for c in self.columns]
+        if not self.nullable <= set(names):
+            raise ValueError(f"DatasetKind.nullable of {self.name} names unknown columns")
         if len(set(names)) != len(names):
             raise ValueError(f"DatasetKind.columns of {self.name} repeats a column")
         missing = [k for k in self.key if k not in names]
@@ -150,7 +164,7 @@ class DatasetKind:
 
 
 TASKS = DatasetKind(name="tasks", version=TASK_SCHEMA_VERSION, key=("instance_id",), columns=_TASK_COLUMNS,
-                    schema=task_schema)
+                    schema=task_schema, nullable=frozenset({"solve_rate"}))
 REWARDS = DatasetKind(name="rewards", version=REWARD_SCHEMA_VERSION, key=("instance_id", "candidate_id"),
                       columns=_REWARD_COLUMNS, schema=reward_schema)
 KINDS: dict[str, DatasetKind] = {kind.name: kind for kind in (TASKS, REWARDS)}

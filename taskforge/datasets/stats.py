@@ -93,6 +93,10 @@ class Summary:
     audit: Counter[str]
     """clean / findings / not audited, and how many had the image scanned."""
     audit_s: Distribution
+    difficulty: dict[str, dict[str, Distribution]] = field(default_factory=dict)
+    """strategy (and ``all``) -> difficulty column -> its distribution (:mod:`taskforge.difficulty`)."""
+    bands: dict[str, Counter[str]] = field(default_factory=dict)
+    """strategy (and ``all``) -> tasks per difficulty band."""
     rewards: RewardSummary | None = None
     distributions: list[Distribution] = field(default_factory=list)
     """Every distribution above (and the rewards'), in display order."""
@@ -149,9 +153,11 @@ def summarize(directory: Path | str) -> Summary:
     manifest = verify(directory)
     if manifest.kind != "tasks":
         raise TaskforgeError(f"{directory} holds {manifest.kind}, not tasks", reason="wrong_kind")
-    columns = ["repo", "strategy", "FAIL_TO_PASS", "PASS_TO_PASS", "lines_removed", "validation", "audit"]
+    columns = ["repo", "strategy", "FAIL_TO_PASS", "PASS_TO_PASS", "lines_removed", "validation", "audit",
+               *_DIFFICULTY, "solve_rate"]
     table = open_dataset(directory, digests=False).to_table(columns=columns)
-    data = table.select(["repo", "strategy", "lines_removed", "validation", "audit"]).to_pydict()
+    data = table.select(["repo", "strategy", "lines_removed", "validation", "audit", *_DIFFICULTY,
+                         "solve_rate"]).to_pydict()
     per_repo: dict[str, Counter[str]] = {}
     for repo, strategy in zip(data["repo"], data["strategy"], strict=True):
         per_repo.setdefault(repo, Counter())[strategy] += 1
@@ -175,11 +181,37 @@ def summarize(directory: Path | str) -> Summary:
         audit_s=Distribution(label="audit time (s)", values=tuple(s for status, _, s in audits if status != "not audited")),
         rewards=_rewards(directory / REWARDS_DIR),
     )
+    summary.difficulty, summary.bands = _difficulty(data)
     summary.distributions = [summary.fail_to_pass, summary.pass_to_pass, summary.lines_removed,
-                             summary.validation_s, summary.audit_s]
+                             summary.validation_s, summary.audit_s, summary.difficulty["all"]["difficulty"]]
     if summary.rewards is not None:
         summary.distributions += [summary.rewards.reward, summary.rewards.total_s]
     return summary
+
+
+_DIFFICULTY = ("removed_symbols", "removed_files", "call_depth", "fail_to_pass_count", "public_api_removed", "difficulty")
+
+
+def _difficulty(data: dict[str, list[Any]]) -> tuple[dict[str, dict[str, Distribution]], dict[str, Counter[str]]]:
+    from taskforge.difficulty import BANDS, in_band
+
+    strategies = sorted(set(data["strategy"]))
+    groups = {"all": list(range(len(data["strategy"]))),
+              **{s: [i for i, t in enumerate(data["strategy"]) if t == s] for s in strategies}}
+    columns = [*_DIFFICULTY[:5], "lines_removed", "difficulty"]
+    labels = {"removed_symbols": "symbols removed", "removed_files": "files changed", "call_depth": "call depth",
+              "fail_to_pass_count": "FAIL_TO_PASS tests", "public_api_removed": "public API removed (0/1)",
+              "lines_removed": "lines removed", "difficulty": "difficulty estimate"}
+    distributions = {
+        group: {c: Distribution(label=labels[c], values=tuple(float(data[c][i]) for i in rows)) for c in columns}
+        for group, rows in groups.items()
+    }
+    solved = [data["solve_rate"][i] for i in groups["all"] if data["solve_rate"][i] is not None]
+    if solved:
+        distributions["all"]["solve_rate"] = Distribution(label="solve rate", values=tuple(solved))
+    bands = {group: Counter(next((b for b, bounds in BANDS.items() if in_band(data["difficulty"][i], bounds)), "?")
+                            for i in rows) for group, rows in groups.items()}
+    return distributions, bands
 
 
 def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -211,6 +243,21 @@ def render(summary: Summary) -> str:
                                   summary.validation_s, summary.audit_s)]),
         _table("audit", ["status", "tasks"], [[k, v] for k, v in summary.audit.items()]),
     ]
+    if summary.difficulty:
+        from taskforge.difficulty import BANDS
+
+        bands = list(BANDS)
+        groups = ["all", *strategies]
+        parts.append(_table("difficulty bands (taskforge.difficulty.BANDS)", ["strategy", *bands],
+                            [[g, *(summary.bands[g][b] for b in bands)] for g in groups]))
+        for column in ("difficulty", "removed_symbols", "removed_files", "call_depth", "lines_removed"):
+            parts.append(_table(f"{summary.difficulty['all'][column].label} by strategy",
+                                ["strategy", "n", "min", "median", "mean", "p90", "max"],
+                                [[g, *summary.difficulty[g][column].row()[1:]] for g in groups]))
+        if "solve_rate" in summary.difficulty["all"]:
+            parts.append(_table("measured solve rates (taskforge rate)", ["per task", "n", "min", "median", "mean",
+                                                                         "p90", "max"],
+                                [summary.difficulty["all"]["solve_rate"].row()]))
     r = summary.rewards
     if r is None:
         parts.append(f"rewards: none (no {REWARDS_DIR}/ folder)")

@@ -14,6 +14,8 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from taskforge.difficulty import difficulty_of
+
 __all__ = ["reward_rows", "task_rows"]
 
 _STRATEGIES = ("body", "symbol", "module")
@@ -64,7 +66,10 @@ def task_rows(n: int, *, seed: int = 0, repos: int = 3, start: int = 0) -> list[
                                  "image_scanned": True}),
             "seed": seed,
             "taskforge_version": "0.1.0",
+            "solve_rate": None,
+            "solve_attempts": 0,
         })
+        rows[-1].update(difficulty_of(rows[-1]).columns())
     return rows
 
 

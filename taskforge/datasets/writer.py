@@ -233,7 +233,9 @@ class DatasetWriter:
         if manifest.kind != self.kind.name or manifest.schema_version != self.kind.version:
             raise TaskforgeError(
                 f"{self.directory} holds {manifest.kind} v{manifest.schema_version}, not {self.kind.name} "
-                f"v{self.kind.version}; write to a new folder", reason="schema_version")
+                f"v{self.kind.version}; write to a new folder"
+                + (f", or run `taskforge migrate {self.directory}`" if manifest.schema_version < self.kind.version else ""),
+                reason="schema_version")
         before, now = _without(manifest.recipe, self.run_only), _without(recipe, self.run_only)
         if before != now:
             changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
@@ -292,7 +294,7 @@ class DatasetWriter:
         except (pa.ArrowException, TypeError, ValueError) as err:
             raise TaskforgeError(f"rows do not fit the {self.kind.name} schema: {err}", reason="bad_row") from err
         for name in table.column_names:
-            if table.column(name).null_count:
+            if table.column(name).null_count and name not in self.kind.nullable:
                 raise TaskforgeError(f"{self.kind.name} column {name} may not be null", reason="bad_row")
         return table
 

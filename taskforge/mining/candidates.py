@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from taskforge.difficulty import band_bounds, estimate, in_band
 from taskforge.mining.features import find_features
 from taskforge.mining.removal.cst import STRATEGIES, Strategy
 from taskforge.repo.symbols import Symbol, SymbolIndex
@@ -42,6 +43,11 @@ class CandidateConfig:
     """Longer features make unwieldy tasks."""
     strategies: tuple[Strategy, ...] = ("body", "symbol", "module")
     """Which removal strategies to propose (``feature`` too, on request)."""
+    difficulty: str | tuple[float, float] | None = None
+    """Only candidates whose estimated difficulty is in this band: ``"easy"``, ``"medium"``,
+    ``"hard"`` (:data:`taskforge.difficulty.BANDS`) or ``[low, high]`` in [0, 1]. The estimate
+    before validation counts the predicted tests; the task's own record is checked again when it
+    is written (``difficulty_out_of_band``)."""
     min_feature_symbols: int = 2
     """A ``feature`` takes out at least this many functions, methods and classes."""
     max_feature_lines: int = 1500
@@ -58,6 +64,9 @@ class CandidateConfig:
         if unknown or not self.strategies:
             raise ValueError(f"CandidateConfig.strategies must be a non-empty subset of {', '.join(STRATEGIES)}; "
                              f"got {self.strategies}")
+        if self.difficulty is not None:
+            bounds = band_bounds(self.difficulty if isinstance(self.difficulty, str) else tuple(self.difficulty))
+            self.difficulty = self.difficulty if isinstance(self.difficulty, str) else bounds
         if self.min_feature_symbols < 1 or self.max_feature_lines < 1:
             raise ValueError("CandidateConfig.min_feature_symbols and max_feature_lines must be at least 1")
         self.strategies = tuple(self.strategies)
@@ -79,6 +88,16 @@ class Candidate:
     """Files the removal is expected to change."""
     depth: int = 1
     """Longest chain of uses among the removed symbols."""
+    symbols: int = 1
+    """Functions, methods and classes the removal takes out."""
+    public: bool = False
+    """Whether a public name goes (never for ``body``)."""
+
+    def difficulty(self) -> float:
+        """The estimate (:func:`taskforge.difficulty.estimate`), the predicted tests standing in
+        for FAIL_TO_PASS."""
+        return estimate(lines=self.size, symbols=self.symbols, files=self.files, depth=self.depth,
+                        fail_to_pass=len(self.tests), public=self.public)
 
 
 def body_lines(repo: Path, index: SymbolIndex) -> dict[str, tuple[int, int]]:
@@ -154,7 +173,8 @@ def find_candidates(
     limit = max(config.min_tests, int(config.max_test_fraction * len(passing)))
     by_strategy: dict[str, list[Candidate]] = {s: [] for s in config.strategies}
 
-    def add(target: str, strategy: Strategy, tests: frozenset[str], size: int, documented: bool) -> None:
+    def add(target: str, strategy: Strategy, tests: frozenset[str], size: int, documented: bool, *,
+            symbols: int = 1, public: bool = False) -> None:
         if not config.min_tests <= len(tests) <= limit:
             return
         if not config.min_body_lines <= size <= config.max_body_lines:
@@ -162,7 +182,8 @@ def find_candidates(
         jitter = random.Random(f"{seed}:{strategy}:{target}").random()
         score = min(size, 60) / 60 + 0.5 * documented + 0.3 * min(len(tests), 10) / 10 + 0.25 * jitter
         by_strategy[strategy].append(
-            Candidate(target=target, strategy=strategy, tests=tuple(sorted(tests)), size=size, score=round(score, 6))
+            Candidate(target=target, strategy=strategy, tests=tuple(sorted(tests)), size=size, score=round(score, 6),
+                      symbols=symbols, public=public)
         )
 
     for qualname, symbol in index.symbols.items():
@@ -175,7 +196,7 @@ def find_candidates(
             helpers = index.exclusive_private_helpers(qualname)
             all_tests = tests.union(*(exercised.get(h, frozenset()) for h in helpers))
             size = sum(index.symbols[q].end_line - index.symbols[q].start_line + 1 for q in (qualname, *helpers))
-            add(qualname, "symbol", all_tests, size, documented)
+            add(qualname, "symbol", all_tests, size, documented, symbols=1 + len(helpers), public=not _private(qualname))
     if "module" in by_strategy:
         for module, path in index.modules.items():
             if path.endswith("__init__.py"):
@@ -183,7 +204,8 @@ def find_candidates(
             members = [q for q, s in index.symbols.items() if s.module == module]
             tests = frozenset().union(*(exercised.get(q, frozenset()) for q in members))
             size = len((repo / path).read_text(encoding="utf-8").splitlines())
-            add(module, "module", tests, size, any(index.symbols[q].docstring for q in members))
+            add(module, "module", tests, size, any(index.symbols[q].docstring for q in members),
+                symbols=max(1, len(members)), public=not _private(module))
 
     if "feature" in by_strategy:
         for feature in find_features(index, exercised, passing, max_tests=limit, min_symbols=config.min_feature_symbols):
@@ -196,8 +218,12 @@ def find_candidates(
                      + 0.2 * min(len(feature.tests), 10) / 10 + 0.25 * jitter)
             by_strategy["feature"].append(Candidate(
                 target=feature.anchor, strategy="feature", tests=tuple(sorted(feature.tests)), size=feature.size,
-                score=round(score, 6), members=feature.members, files=len(feature.files), depth=feature.depth))
+                score=round(score, 6), members=feature.members, files=len(feature.files), depth=feature.depth,
+                symbols=feature.symbols, public=any(not _private(m) for m in feature.members)))
 
+    if config.difficulty is not None:
+        bounds = band_bounds(config.difficulty)
+        by_strategy = {s: [c for c in found if in_band(c.difficulty(), bounds)] for s, found in by_strategy.items()}
     ranked = {s: sorted(c, key=lambda c: (-c.score, c.target, c.members)) for s, c in by_strategy.items()}
     interleaved: list[Candidate] = []
     for row in range(max((len(c) for c in ranked.values()), default=0)):
@@ -205,3 +231,9 @@ def find_candidates(
             if row < len(ranked[strategy]):
                 interleaved.append(ranked[strategy][row])
     return interleaved
+
+
+def _private(qualname: str) -> bool:
+    module, _, local = qualname.partition(":")
+    return any(p.startswith("_") and not (p.startswith("__") and p.endswith("__"))
+               for p in (*module.split("."), *(local.split(".") if local else [])))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from taskforge import __version__
+from taskforge.difficulty import band_bounds, difficulty_of, in_band
 from taskforge.errors import TaskforgeError
 from taskforge.mining.audit.fingerprint import Fingerprint
 from taskforge.mining.audit.scan import (
@@ -354,6 +355,13 @@ def make_task(candidate: Candidate, removal: Removal, checked: Checked, ctx: Con
     slug = re.sub(r"[^A-Za-z0-9]+", "-", candidate.target.replace(":", ".")).strip("-")[-60:]
     instance_id = f"{snapshot.name}__{candidate.strategy}-{slug}-{digest.hexdigest()[:10]}"
 
+    record = difficulty_of({"strategy": candidate.strategy, "removed": removal.removed, "patch": patch,
+                            "lines_removed": lines_removed, "FAIL_TO_PASS": checked.fail_to_pass})
+    band = ctx.config.candidates.difficulty
+    if band is not None and not in_band(record.difficulty, band_bounds(band)):
+        return Rejected(RejectReason.DIFFICULTY_OUT_OF_BAND,
+                        f"difficulty {record.difficulty} is outside {band} (estimated {candidate.difficulty()} "
+                        f"before validation)")
     return Task(
         instance_id=instance_id,
         repo=snapshot.name,
@@ -383,6 +391,7 @@ def make_task(candidate: Candidate, removal: Removal, checked: Checked, ctx: Con
         audit="",  # set by scrub_and_audit
         seed=ctx.config.seed,
         taskforge_version=__version__,
+        **record.columns(),  # type: ignore[arg-type]
     )
 
 

@@ -27,10 +27,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from taskforge.difficulty import chain_depth
 from taskforge.mining.removal.feature import module_variables
 from taskforge.repo.symbols import SymbolIndex
 
-__all__ = ["Feature", "call_depth", "feature_units", "find_features"]
+__all__ = ["Feature", "feature_units", "find_features"]
 
 _MAX_GROUPS = 4000
 """Groups examined at most (test files and classes first, then per-unit groups by size)."""
@@ -162,63 +163,6 @@ def feature_units(
     return members
 
 
-def call_depth(members: Iterable[str], uses: Mapping[str, Iterable[str]]) -> int:
-    """The longest chain of uses inside ``members``, counted in links of the chain; members that
-    use each other in a cycle are one link (the graph's strongly connected components)."""
-    members = sorted(set(members))
-    edges = {m: sorted({n for n in uses.get(m, ()) if n in members and n != m}) for m in members}
-    # Tarjan's algorithm, iterative: component of every member.
-    index_of: dict[str, int] = {}
-    low: dict[str, int] = {}
-    component: dict[str, int] = {}
-    stack: list[str] = []
-    counter = 0
-    for root in members:
-        if root in index_of:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, i = work.pop()
-            if i == 0:
-                index_of[node] = low[node] = counter
-                counter += 1
-                stack.append(node)
-            recurse = False
-            for j in range(i, len(edges[node])):
-                nxt = edges[node][j]
-                if nxt not in index_of:
-                    work.append((node, j + 1))
-                    work.append((nxt, 0))
-                    recurse = True
-                    break
-                if nxt in stack:
-                    low[node] = min(low[node], index_of[nxt])
-            if recurse:
-                continue
-            if low[node] == index_of[node]:
-                while True:
-                    top = stack.pop()
-                    component[top] = index_of[node]
-                    if top == node:
-                        break
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-    dag: dict[int, set[int]] = defaultdict(set)
-    for m in members:
-        for n in edges[m]:
-            if component[m] != component[n]:
-                dag[component[m]].add(component[n])
-    memo: dict[int, int] = {}
-
-    def depth(c: int) -> int:
-        if c not in memo:
-            memo[c] = 1 + max((depth(d) for d in dag[c]), default=0)
-        return memo[c]
-
-    return max((depth(component[m]) for m in members), default=0)
-
-
 def _parts(graph: _Graph, members: set[str]) -> list[set[str]]:
     """Step 4: the connected parts of a group's units."""
     index = graph.index
@@ -336,7 +280,7 @@ def find_features(
                 tests=tests,
                 files=tuple(sorted(files)),
                 size=sum(_lines(index, m) if m in index.symbols else 1 for m in part),
-                depth=call_depth(part, graph.uses),
+                depth=chain_depth(part, graph.uses),
                 symbols=len(symbols),
             )
     return sorted(found.values(), key=lambda f: (f.anchor, f.members))

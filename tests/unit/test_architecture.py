@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS: list[set[str]] = [
-    {"taskforge.errors", "taskforge.config", "taskforge.paths", "taskforge.task", "taskforge.guest"},
+    {"taskforge.errors", "taskforge.config", "taskforge.paths", "taskforge.task", "taskforge.difficulty", "taskforge.guest"},
     {"taskforge.sandbox"},
     {"taskforge.repo", "taskforge.llm"},
     {"taskforge.datasets"},

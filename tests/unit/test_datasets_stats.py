@@ -67,8 +67,9 @@ def test_inspect_command_prints_tables_and_writes_png_histograms(folder: Path, t
     assert result.exit_code == 0, result.output
     assert "tasks per repository" in result.output
     pngs = sorted(p.name for p in (tmp_path / "plots").iterdir())
-    assert pngs == ["audit_time_s.png", "fail_to_pass_tests.png", "lines_removed.png", "pass_to_pass_tests.png",
-                    "reward.png", "scoring_time_s.png", "validation_time_s.png"]
+    assert pngs == ["audit_time_s.png", "difficulty_estimate.png", "fail_to_pass_tests.png", "lines_removed.png",
+                    "pass_to_pass_tests.png", "reward.png", "scoring_time_s.png", "validation_time_s.png"]
+    assert "difficulty bands" in result.output and "difficulty estimate by strategy" in result.output
     assert all((tmp_path / "plots" / p).read_bytes().startswith(b"\x89PNG\r\n\x1a\n") for p in pngs)
 
 

@@ -19,12 +19,13 @@ from typing import Any
 
 import pytest
 
+from taskforge.difficulty import chain_depth as call_depth
 from taskforge.errors import TaskforgeError
 from taskforge.llm.client import LLMConfig
 from taskforge.llm.scripted import Script, ScriptedChatServer
 from taskforge.mining import candidates as candidates_module
 from taskforge.mining.candidates import CandidateConfig, body_lines, find_candidates
-from taskforge.mining.features import Feature, call_depth, find_features
+from taskforge.mining.features import Feature, find_features
 from taskforge.mining.removal.cst import LibcstRemovalAgent
 from taskforge.mining.removal.llm_agent import LLMRemovalAgent
 from taskforge.mining.statements.template import (

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskforge import checked_value, typed_config
+from taskforge import checked_value, is_uri, typed_config
 from trainer.rl.kl import KL_KINDS
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 POLICIES = ("trainer", "hf")
-GENERATORS = ("local", "openai")
+GENERATORS = ("local", "openai", "gold")
 _REWARD_MODES = ("binary", "partial")
 
 
@@ -128,12 +128,40 @@ class CurriculumConfig:
     """Upper edge of the band."""
     window: int = 8
     """Recent rewards per task that its solve rate is taken over."""
+    request_harder: bool = False
+    """Ask for harder tasks of a repository whose tasks saturate (`trainer.rl.growth`): a request
+    record in the first task folder, which a miner following it (``taskforge mine --follow``) serves."""
+    saturated_at: float = 0.0
+    """A repository saturates when every one of its tasks is seen and their mean solve rate reaches
+    this; 0: the band's ``high``."""
+    min_seen: int = 1
+    """A repository needs at least this many tasks seen before it can saturate."""
+    request_tasks: int = 5
+    """Tasks one request asks for."""
+    request_strategies: list[str] = field(default_factory=lambda: ["feature", "module"])
+    """Removal strategies the request asks for."""
+    request_difficulty: str = "hard"
+    """Difficulty band the request asks for (easy, medium, hard; empty: any)."""
+    refresh_every: int = 1
+    """Steps between looks at the task folders for tasks added since the run started (0: never)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.low < self.high <= 1:
             raise ValueError("rl.curriculum.low and rl.curriculum.high must satisfy 0 <= low < high <= 1")
         if self.window < 1:
             raise ValueError(f"rl.curriculum.window must be >= 1, got {self.window}")
+        if not 0 <= self.saturated_at <= 1:
+            raise ValueError(f"rl.curriculum.saturated_at must be in [0, 1], got {self.saturated_at}")
+        for name in ("min_seen", "request_tasks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"rl.curriculum.{name} must be >= 1, got {getattr(self, name)}")
+        if self.refresh_every < 0:
+            raise ValueError(f"rl.curriculum.refresh_every must be >= 0, got {self.refresh_every}")
+        if self.request_difficulty not in ("", "easy", "medium", "hard"):
+            raise ValueError("rl.curriculum.request_difficulty must be easy, medium, hard or empty, got "
+                             f"{self.request_difficulty!r}")
+        if not self.request_strategies:
+            raise ValueError("rl.curriculum.request_strategies may not be empty")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -207,6 +235,8 @@ class RLConfig:
             raise ValueError("rl.validation_fraction must be in [0, 1)")
         if self.generator.kind == "openai" and self.policy.kind != "hf":
             raise ValueError("rl.generator.kind openai needs rl.policy.kind hf")
+        if self.curriculum.request_harder and is_uri(self.tasks[0]):
+            raise ValueError("rl.curriculum.request_harder writes requests into rl.tasks[0]: it must be a local folder")
 
 
 _SECTIONS: dict[str, type[Any]] = {
