@@ -143,11 +143,11 @@ def remove_candidate(candidate: Candidate, ctx: Context) -> tuple[Removal, dict[
     return removal, changes
 
 
-def hide_failing(fail_to_pass: Sequence[str], ctx: Context) -> dict[str, str | None] | Rejected:
+def hide_failing(fail_to_pass: Sequence[str], ctx: Context, broken: Sequence[str] = ()) -> dict[str, str | None] | Rejected:
     if ctx.config.visible_tests:
         return {}
     try:
-        return hide_tests(ctx.snapshot.path, fail_to_pass, index=ctx.tests)
+        return hide_tests(ctx.snapshot.path, fail_to_pass, index=ctx.tests, broken=broken)
     except TaskforgeError as err:
         return Rejected.of_error(err)
 
@@ -169,7 +169,8 @@ def start_state(
     if not fail_to_pass:
         what = f" but {len(doctests)} doctest(s)" if doctests else ""
         return Rejected(RejectReason.NO_FAILING_TESTS, f"no test failed with the feature removed{what}")
-    hidden_changes = hide_failing(sorted(set(fail_to_pass) | broken_modules), ctx)
+    broken_files = sorted({t.partition("::")[0] for t in broken_modules})
+    hidden_changes = hide_failing(sorted(set(fail_to_pass) | broken_modules), ctx, broken_files)
     if isinstance(hidden_changes, Rejected):
         return hidden_changes
     return Decided(fail_to_pass=fail_to_pass, failing_doctests=doctests,

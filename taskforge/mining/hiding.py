@@ -72,17 +72,24 @@ UNHIDEABLE = "unhideable_test"
 _TESTLESS_BASES = frozenset({"object", "TestCase", "IsolatedAsyncioTestCase"})
 
 
-def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None = None) -> dict[str, str | None]:
+def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None = None,
+               broken: Sequence[str] = ()) -> dict[str, str | None]:
     """Remove the tests ``nodeids`` name; return path -> new text (None: file deleted), by path.
 
     ``index``: the repository's :class:`ClassIndex` from an earlier call, so that a repository's
-    candidates parse its test files once (the files must not have changed meanwhile)."""
+    candidates parse its test files once (the files must not have changed meanwhile).
+    ``broken``: test files that no longer import (their module-level code, a class attribute
+    say, uses what was removed): each is deleted whole, its tests with it, unless another file
+    imports it or inherits its tests; then its tests are hidden one by one like the others."""
     repo = Path(repo)
     if index is None or index.repo != repo:
         index = ClassIndex(repo)
     definitions: dict[str, set[tuple[str, ...]]] = {}  # file -> qualnames to delete there
     inherited_from: set[str] = set()  # files whose tests other files inherit
     whole_files: set[str] = set()  # text files of doctests, hidden whole
+    wholes = {path for path in broken if (repo / path).is_file()
+              and PurePosixPath(path).name not in ("conftest.py", "__init__.py") and not _imported_elsewhere(repo, path)}
+    located: list[tuple[str, str, tuple[str, ...]]] = []  # (the id's file, where its definition is, qualname)
     for nodeid in nodeids:
         text_file = doctest_text_file(nodeid)
         if text_file is not None:
@@ -94,6 +101,14 @@ def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None =
         if not (repo / path).is_file():
             raise TaskforgeError(f"{nodeid}: no file {path} in the repository", reason=UNHIDEABLE)
         where, qualname = index.definition(nodeid, path, parts)
+        located.append((path, where, qualname))
+    # A broken file goes whole unless other files' tests are defined in it (they would lose them).
+    inherited = {where for path, where, _ in located if where != path}
+    wholes -= inherited
+    whole_files |= wholes
+    for path, where, qualname in located:
+        if path in wholes:
+            continue
         definitions.setdefault(where, set()).add(qualname)
         if where != path:
             inherited_from.add(where)

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -122,113 +121,14 @@ def imports_cleanly(repo: Path, modules: list[str], pythonpath: str) -> str:
 
 # --- a small package with a feature spread over four files ---------------------------------------
 
-FILES = {
-    "pkg/__init__.py": '''
-        """Serialise records."""
-        from .core import dump, to_json
-        from .yaml_out import to_yaml
-        from .yaml_in import read_yaml
-
-        __all__ = ["dump", "to_json", "to_yaml", "read_yaml"]
-        ''',
-    "pkg/core.py": '''
-        import json
-
-        from .yaml_out import to_yaml
-
-
-        def to_json(record):
-            """The record as JSON."""
-            return json.dumps(record, sort_keys=True)
-
-
-        def dump(record, fmt="json"):
-            """The record in the format ``fmt``."""
-            return HANDLERS[fmt](record)
-
-
-        HANDLERS = {
-            "json": to_json,
-            "yaml": to_yaml,
-        }
-        ''',
-    "pkg/yaml_out.py": '''
-        INDENT = "  "
-
-
-        def _scalar(value):
-            if isinstance(value, str) and (":" in value or value.strip() != value):
-                return repr(value)
-            return str(value)
-
-
-        def to_yaml(record):
-            """The record as a block of ``key: value`` lines, nested mappings indented."""
-            return "\\n".join(_lines(record, 0))
-
-
-        def _lines(record, depth):
-            for key in sorted(record):
-                value = record[key]
-                if isinstance(value, dict):
-                    yield f"{INDENT * depth}{key}:"
-                    yield from _lines(value, depth + 1)
-                else:
-                    yield f"{INDENT * depth}{key}: {_scalar(value)}"
-        ''',
-    "pkg/yaml_in.py": '''
-        """Reading what to_yaml writes."""
-
-
-        def read_yaml(text):
-            """The record a block of ``key: value`` lines describes (flat records only)."""
-            record = {}
-            for line in text.splitlines():
-                key, _, value = line.partition(": ")
-                record[key] = _value(value)
-            return record
-
-
-        def _value(text):
-            if text.startswith("'"):
-                return text[1:-1]
-            return int(text) if text.isdigit() else text
-        ''',
-    "tests/test_json.py": '''
-        from pkg import dump, to_json
-
-
-        def test_to_json():
-            assert to_json({"b": 1, "a": 2}) == '{"a": 2, "b": 1}'
-
-
-        def test_dump_json():
-            assert dump({"a": 1}) == '{"a": 1}'
-        ''',
-    "tests/test_yaml.py": '''
-        from pkg import dump, read_yaml, to_yaml
-
-
-        def test_to_yaml_nested():
-            assert to_yaml({"a": {"b": 1}, "c": "x: y"}) == "a:\\n  b: 1\\nc: 'x: y'"
-
-
-        def test_dump_yaml():
-            assert dump({"a": 1}, "yaml") == "a: 1"
-
-
-        def test_round_trip():
-            assert read_yaml(to_yaml({"a": 1, "b": "text"})) == {"a": 1, "b": "text"}
-        ''',
-}
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "projects" / "fmt"
+"""A package whose YAML support is one feature over four files (its pyproject.toml says how)."""
 
 
 @pytest.fixture
 def fmt(tmp_path: Path) -> tuple[Path, SymbolIndex, dict[str, Any]]:
     repo = tmp_path / "fmt"
-    for rel, text in FILES.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(textwrap.dedent(text).lstrip("\n"))
+    shutil.copytree(FIXTURE, repo)
     coverage = per_test_coverage(repo, sources=["pkg"], tests="tests", pythonpath=".", scratch=tmp_path / "cov")
     assert len(coverage) == 5
     return repo, build_index(repo, package_paths=["pkg"]), coverage
@@ -323,6 +223,13 @@ def test_the_statement_describes_the_feature_without_its_code(fmt: tuple[Path, S
     assert "def _scalar" not in statement  # private helpers are the solver's business
     assert "- round trip" in statement and "- dump yaml" in statement
     assert leaked_lines(statement, removal.removed_code) == []
+
+
+def test_the_audit_knows_every_strategy() -> None:
+    from taskforge.mining.audit.fingerprint import STRATEGIES as AUDITED
+    from taskforge.mining.removal.edits import STRATEGIES
+
+    assert AUDITED == STRATEGIES
 
 
 def test_call_depth_counts_the_longest_chain_once_per_cycle() -> None:

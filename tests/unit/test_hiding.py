@@ -494,3 +494,22 @@ def test_syntax_error(tmp_path: Path) -> None:
     with pytest.raises(TaskforgeError) as info:
         hide_tests(tmp_path, ["tests/test_bad.py::test_a"])
     assert info.value.reason == "syntax_error"
+
+
+def test_a_test_file_that_no_longer_imports_goes_whole(session_cache: Path, tmp_path: Path) -> None:
+    """cachetools' tests/test_func.py: every class names a decorator in its body, so once
+    ``ttl_cache`` is removed the module fails to import and all its tests fail. Hidden one by one
+    (their methods come from a mixin), the classes and their ``DECORATOR`` attributes stay, and so
+    does the import error; as a broken file it goes whole."""
+    snapshot = fetch("pypi:cachetools==8.0.2", cache_dir=session_cache / "sources")
+    repo = tmp_path / "cachetools"
+    shutil.copytree(snapshot.path, repo, ignore=shutil.ignore_patterns(".git"))
+    index = ClassIndex(repo)
+    ids = [f"tests/test_func.py::{cls}::{test}" for cls in ("FIFODecoratorTest", "TTLDecoratorTest")
+           for test in ("test_decorator", "test_decorator_clear")]
+    one_by_one = hide_tests(repo, ids, index=index)
+    assert "cachetools.func.ttl_cache" in (one_by_one["tests/test_func.py"] or "")
+    assert hide_tests(repo, ids, index=index, broken=["tests/test_func.py"]) == {"tests/test_func.py": None}
+    # A broken file that another file imports stays, and its tests are hidden one by one.
+    (repo / "tests" / "test_more.py").write_text("from tests.test_func import DecoratorTestMixin\n")
+    assert hide_tests(repo, ids, index=ClassIndex(repo), broken=["tests/test_func.py"]) == one_by_one

@@ -71,8 +71,9 @@ class GeneratorConfig:
     """``[rl.generator]``: who writes the assistant messages of the rollouts, and how."""
 
     kind: str = "local"
-    """local (this process; ``model.generate`` for an hf policy) or openai (an OpenAI-compatible
-    completions server serving the hf policy's weights)."""
+    """local (this process; ``model.generate`` for an hf policy), openai (an OpenAI-compatible
+    completions server serving the hf policy's weights), or gold (each episode replays its task's
+    gold patch: a check of the environment, rewards, curriculum and task growth; `trainer.rl.gold`)."""
     max_new_tokens: int = 128
     """Tokens per assistant message."""
     temperature: float = 1.0

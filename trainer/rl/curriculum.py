@@ -93,6 +93,14 @@ class Curriculum:
         self._rewards: dict[str, list[float]] = {task_id: [] for task_id in self.task_ids}
         self._rng = random.Random(seed)
 
+    def add(self, task_ids: Iterable[str]) -> list[str]:
+        """Take in tasks that appeared while training runs (harder ones a miner wrote); they start
+        unseen. Returns those that were new."""
+        added = [t for t in dict.fromkeys(task_ids) if t not in self._rewards]
+        self.task_ids += added
+        self._rewards.update({t: [] for t in added})
+        return added
+
     # -- what is known of each task ---------------------------------------------------------------
 
     def update(self, task_id: str, rewards: Iterable[float]) -> None:

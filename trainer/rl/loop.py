@@ -56,6 +56,8 @@ from trainer.rl.curriculum import Curriculum
 from trainer.rl.env import CodingEnv
 from trainer.rl.episodes import load_episodes, split_by_repository
 from trainer.rl.feedback import DETECTORS, Detector, Hint, detect_all, make_detector
+from trainer.rl.gold import GoldReplay
+from trainer.rl.growth import TaskGrowth
 from trainer.rl.monitor import as_hints, flag_counts, monitor
 from trainer.rl.policy import RLPolicy, TrainerPolicy
 from trainer.runtime import (
@@ -69,13 +71,15 @@ from trainer.runtime import (
     set_learning_rate,
 )
 
+from taskforge import read_tasks
+
 if TYPE_CHECKING:
     from taskforge import RewardClient, Scorer, Task
     from trainer.recipe import Recipe
     from trainer.rl.chat import Trajectory
     from trainer.rl.config import RLConfig
 
-__all__ = ["EpisodeRunner", "StepStats", "build_policy", "collect", "feedback", "grpo_advantages", "log_step",
+__all__ = ["EpisodeRunner", "StepStats", "build_policy", "collect", "feedback", "grow", "grpo_advantages", "log_step",
            "rl_train", "update"]
 
 SCALARS = ("loss", "pg_loss", "kl", "reward_mean", "hint_fraction", "tool_error_rate")
@@ -94,15 +98,19 @@ def rl_train(recipe: Recipe) -> None:
     tasks = {e.instance_id: e.task for e in train_set}
     curriculum = Curriculum(sorted(tasks), low=config.curriculum.low, high=config.curriculum.high,
                             window=config.curriculum.window, seed=recipe.seed)
+    held_out = {e.repo for e in validation}
+    growth = TaskGrowth(config=config.curriculum, targets=config.tasks)
 
     policy, model, optimizer = build_policy(recipe, runtime)
     # Taken before a checkpoint overwrites the groups' lr with a possibly warmed-up value.
     base_lrs = [group["lr"] for group in optimizer.param_groups]
     checkpointer = Checkpointer(runtime.out / "checkpoints", recipe.checkpoint)
-    latest, state = resume(checkpointer, model, optimizer, like=TrainerState(step=0, data={"curriculum": ""}))
+    latest, state = resume(checkpointer, model, optimizer,
+                           like=TrainerState(step=0, data={"curriculum": "", "growth": "{}"}))
     step = state.step
     if latest is not None:
         curriculum.load_state_dict(json.loads(state.data["curriculum"]))
+        growth.load_state_dict(json.loads(state.data.get("growth") or "{}"))
     policy.after_update()
 
     detectors = [make_detector(name, **({"max_chars": config.overlong_chars} if name == "overlong" else {}))
@@ -119,14 +127,41 @@ def rl_train(recipe: Recipe) -> None:
                                                  seed=recipe.seed, runtime=runtime)
             for instance_id, rewards in task_rewards:
                 curriculum.update(instance_id, rewards)
+            asked, added = grow(growth, curriculum, tasks, held_out=held_out, step=step, runtime=runtime)
             hints, stats = feedback(trajectories, detectors)
+            stats.requests, stats.new_tasks = asked, added
             stats.pg_loss, stats.kl = update(policy, optimizer, trajectories, hints, config=config, runtime=runtime)
             log_step(log, stats, runtime=runtime, kl_coef=config.kl.coef, step=step, tasks=chosen,
                      solve_rates=curriculum.report(), lr=optimizer.param_groups[0]["lr"], started=started,
                      validation_tasks=len(validation))
             if checkpoint_due(step, every=recipe.checkpoint.every, last=last):
-                checkpointer.save(TrainerState(step=step, data={"curriculum": json.dumps(curriculum.state_dict())}),
+                checkpointer.save(TrainerState(step=step, data={"curriculum": json.dumps(curriculum.state_dict()),
+                                                                 "growth": json.dumps(growth.state_dict())}),
                                   model, optimizer)
+
+
+def grow(growth: TaskGrowth, curriculum: Curriculum, tasks: dict[str, Task], *, held_out: set[str], step: int,
+         runtime: Runtime) -> tuple[list[str], list[str]]:
+    """Ask for harder tasks of saturated repositories, and take in the tasks the folders gained
+    (`trainer.rl.growth`): rank 0 decides, every rank adds the same tasks. Returns (request ids,
+    instance ids added)."""
+    asked: list[str] = []
+    new_ids: list[str] = []
+    if runtime.rank == 0:
+        asked = [r.request_id for r in growth.ask(curriculum, tasks, step=step)]
+        new_ids = [t.instance_id for t in growth.refresh(step=step, known=tasks) if t.repo not in held_out]
+    if runtime.distributed:
+        shared: list[Any] = [asked, new_ids]
+        dist.broadcast_object_list(shared, src=0)
+        asked, new_ids = shared
+    if new_ids:
+        wanted = set(new_ids)
+        for target in growth.targets:
+            for task in read_tasks(target):
+                if task.instance_id in wanted:
+                    tasks[task.instance_id] = task
+        curriculum.add(i for i in new_ids if i in tasks)
+    return asked, new_ids
 
 
 def build_policy(recipe: Recipe, runtime: Runtime) -> tuple[RLPolicy, torch.nn.Module, torch.optim.Optimizer]:
@@ -165,6 +200,8 @@ class EpisodeRunner:
         from taskforge import RewardClient, SandboxLimits, Scorer, open_backend
 
         self.config = config
+        self.gold = GoldReplay() if config.generator.kind == "gold" else None
+        """``[rl.generator] kind = "gold"``: the episodes replay the gold patches (`trainer.rl.gold`)."""
         self.backend = open_backend("docker")
         self.limits = SandboxLimits.load(memory_mb=config.memory_mb)
         self.scorer: Scorer | None = None
@@ -187,8 +224,12 @@ class EpisodeRunner:
         try:
             env.reset()
             done = False
+            turn = 0
             while not done:
-                _, done = env.step(policy.generate(env.trajectory.messages, generator))
+                message = (self.gold.message(task, turn) if self.gold is not None
+                           else policy.generate(env.trajectory.messages, generator))
+                _, done = env.step(message)
+                turn += 1
         finally:
             env.close()
         return env.trajectory
@@ -238,11 +279,16 @@ class StepStats:
     flags: Counter[str] = field(default_factory=Counter)
     hints_by_detector: Counter[str] = field(default_factory=Counter)
     statuses: Counter[str] = field(default_factory=Counter)
+    requests: list[str] = field(default_factory=list)
+    """Requests for harder tasks made this step (the same on every rank)."""
+    new_tasks: list[str] = field(default_factory=list)
+    """Tasks taken in this step (the same on every rank)."""
 
     @classmethod
     def merge(cls, parts: Sequence[StepStats]) -> StepStats:
         """Every rank's statistics as one: losses averaged (as FSDP2 averages the gradients), counts summed."""
-        merged = cls(pg_loss=sum(p.pg_loss for p in parts) / len(parts), kl=sum(p.kl for p in parts) / len(parts))
+        merged = cls(pg_loss=sum(p.pg_loss for p in parts) / len(parts), kl=sum(p.kl for p in parts) / len(parts),
+                     requests=list(parts[0].requests), new_tasks=list(parts[0].new_tasks))
         for part in parts:
             merged.rewards += part.rewards
             merged.turns += part.turns
@@ -343,6 +389,7 @@ def log_step(log: RunLog, stats: StepStats, *, runtime: Runtime, kl_coef: float,
         "reward_status": dict(stats.statuses), "tasks": tasks,
         "solve_rates": solve_rates, "lr": lr,
         "step_s": time.perf_counter() - started, "validation_tasks": validation_tasks,
+        "requests": stats.requests, "new_tasks": stats.new_tasks,
     }
     log.write(line)
     log.scalars("rl", line, SCALARS)

@@ -107,7 +107,8 @@ common words only would make it tokenize half of site-packages for evidence the 
 give anyway."""
 
 
-STRATEGIES = ("body", "symbol", "module")
+STRATEGIES = ("body", "symbol", "module", "feature")
+"""The removal strategies (``taskforge.mining.removal.edits.STRATEGIES``; the audit does not import the removal)."""
 
 
 @dataclass(kw_only=True, slots=True)
