@@ -278,6 +278,10 @@ class HFPolicy:
         # The same ops on the same inputs: equal up to kernel nondeterminism, well inside this tolerance.
         return bool(torch.allclose(from_hidden_BTV.float(), logits_BTV.float(), rtol=1e-4, atol=1e-3))
 
+    def feedback_tokens(self, hinted: Sequence[tuple[Trajectory, Hint]]) -> int:
+        """Target tokens of the hinted turns (what `feedback_kl` averages over)."""
+        return sum(e.student_span[1] - e.student_span[0] for e in (self.encode_feedback(t, h) for t, h in hinted))
+
     def feedback_kl(self, hinted: Sequence[tuple[Trajectory, Hint]], *, kind: KLKind, chunk_size: int) -> Tensor:
         """`trainer.rl.kl.feedback_kl_loss` for this model: the teacher (hinted prompt) under no_grad,
         the student with gradients, the divergence averaged over the target tokens."""

@@ -336,11 +336,22 @@ def update(policy: RLPolicy, optimizer: torch.optim.Optimizer, trajectories: Seq
     times the feedback KL, then `policy.after_update`; (policy-gradient loss, KL) of the last epoch
     on this rank."""
     device, distributed = runtime.device, runtime.distributed
+    world = runtime.world_size if distributed else 1
     advantages = grpo_advantages([t.reward for t in trajectories], config.rollouts_per_task)
     sequences = [policy.sequence(t) for t in trajectories]
     with torch.no_grad():
         old = [policy.token_logprobs(s.tokens) for s in sequences]
-    generated = sum(sum(s.mask[1:]) for s in sequences) or 1
+    # The objective is the one a single process computes over every rank's trajectories: the
+    # policy gradient summed over all generated tokens over their global count, plus λ times the
+    # KL summed over all hinted target tokens over their global count. FSDP2 averages the ranks'
+    # gradients (divides by the world size), so each rank's terms carry `world` over the global
+    # counts; with hints on some ranks only, the others add nothing and the weight stays λ.
+    hinted_local = policy.feedback_tokens(hints) if hints else 0
+    counts = torch.tensor([sum(sum(s.mask[1:]) for s in sequences), hinted_local], dtype=torch.float64, device=device)
+    if distributed:
+        dist.all_reduce(counts)
+    pg_scale = world / max(float(counts[0]), 1.0)
+    kl_weight = config.kl.coef * world * hinted_local / float(counts[1]) if hinted_local else 0.0
     pg_total = kl_total = torch.zeros((), device=device)
     for _ in range(config.ppo_epochs):
         optimizer.zero_grad(set_to_none=True)
@@ -353,18 +364,15 @@ def update(policy: RLPolicy, optimizer: torch.optim.Optimizer, trajectories: Seq
             ratio = torch.exp(now - before)
             clipped = torch.clamp(ratio, 1 - config.clip_eps, 1 + config.clip_eps)
             objective = torch.minimum(ratio * advantage, clipped * advantage)
-            term = -(objective * mask).sum() / generated
+            term = -(objective * mask).sum() * pg_scale
             term.backward()  # type: ignore[no-untyped-call]
             pg_total += term.detach()
         kl_total = torch.zeros((), device=device)
-        any_hints = torch.tensor([len(hints)], device=device)
-        if distributed:
-            dist.all_reduce(any_hints, op=dist.ReduceOp.MAX)
-        if int(any_hints):
-            weight = config.kl.coef if hints else 0.0
+        if float(counts[1]) > 0:  # some rank has hints: every rank runs the KL's forward passes
             kl = policy.feedback_kl(hints, kind=config.kl.kind, chunk_size=config.kl.chunk_size)  # type: ignore[arg-type]
-            (weight * kl).backward()  # type: ignore[no-untyped-call]
-            kl_total = kl.detach() if hints else kl_total
+            (kl_weight * kl).backward()  # type: ignore[no-untyped-call]
+            # Averaged over the ranks as the losses are, this is the global mean.
+            kl_total = kl.detach() * (world * hinted_local / float(counts[1])) if hinted_local else kl_total
         optimizer.step()
     policy.after_update()
     return float(pg_total), float(kl_total)

@@ -70,6 +70,11 @@ class RLPolicy(Protocol):
         """Mean over the target tokens of the hinted turns of the student's divergence from the teacher."""
         ...
 
+    def feedback_tokens(self, hinted: Sequence[tuple[Trajectory, Hint]]) -> int:
+        """How many target tokens `feedback_kl` averages over (the weight of this rank's mean in
+        the global one)."""
+        ...
+
     def after_update(self) -> None:
         """The trained weights changed: bring the sampler up to date."""
         ...
@@ -161,6 +166,10 @@ class TrainerPolicy:
         ids = torch.tensor([tokens], device=self.device)
         logits = self.model(ids)[0, :-1].float()
         return torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
+
+    def feedback_tokens(self, hinted: Sequence[tuple[Trajectory, Hint]]) -> int:
+        examples = [encode_feedback(trajectory, hint, max_len=self.context) for trajectory, hint in hinted]
+        return sum(e.student_span[1] - e.student_span[0] for e in examples)
 
     def feedback_kl(self, hinted: Sequence[tuple[Trajectory, Hint]], *, kind: KLKind, chunk_size: int) -> Tensor:
         """The chunked feedback KL in one process; with shards, the full-logits one, on an empty

@@ -1,0 +1,118 @@
+"""The RL objective on several processes is the one-process objective (issue 21, item 1).
+
+One process runs `update` on every trajectory of a step; 2 and 4 gloo ranks run it on their own
+share (whole GRPO groups, as `collect` deals them), with the feedback hints on some ranks only and
+different token counts per rank. The gradient of every parameter, gathered from the FSDP2 shards,
+equals the one-process gradient: the policy gradient is normalized by the global count of
+generated tokens, and the feedback KL is weighted by λ over the global count of hinted tokens,
+whatever the world size and wherever the hints fall.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.trainer.dist import run_gloo
+from trainer.model import config_from_preset
+from trainer.parallel_dims import ParallelDims
+from trainer.recipe import load_recipe
+from trainer.rl.chat import Message, Trajectory, Turn, parse_tool_call
+from trainer.rl.feedback import DETECTORS, make_detector
+from trainer.rl.loop import feedback, update
+from trainer.rl.policy import TrainerPolicy
+from trainer.runtime import Runtime, build_model, build_optimizer
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_RL = ROOT / "recipes/train/tiny-rl-cpu.toml"
+SEED = 0
+GRAD_ATOL = 2e-7
+GRAD_RTOL = 1e-4
+
+# Four tasks, two rollouts each (the GRPO group): (assistant message, reward). Only task 0 has a
+# malformed call, which the feedback detectors hint: on 2 or 4 ranks only rank 0 holds a hint.
+# The messages' lengths differ, so the ranks' token counts do too.
+EPISODES = [
+    [("submit please now", 0.0), ('{"tool": "submit"}', 1.0)],
+    [('{"tool": "read_file", "args": {"path": "a.py"}}', 1.0), ('{"tool": "submit"}', 0.0)],
+    [('{"tool": "submit", "args": {}}', 0.0), ('{"tool": "read_file", "args": {"path": "setup.py"}}', 1.0)],
+    [('{"tool": "submit"}', 1.0), ('{"tool": "list_files", "args": {"path": "."}}', 0.0)],
+]
+
+
+def _episode(text: str, reward: float) -> Trajectory:
+    call = parse_tool_call(text)
+    trajectory = Trajectory(task_id="t", tools=("read_file", "list_files", "submit"), reward=reward,
+                            reward_status="ok", messages=[
+                                Message(role="system", content="sys"), Message(role="user", content="fix it"),
+                                Message(role="assistant", content=text), Message(role="tool", content="ok")])
+    trajectory.turns.append(Turn(index=2, text=text, call=call, observation="ok",
+                                 error="" if call.ok else "not JSON", error_kind="" if call.ok else "malformed"))
+    return trajectory
+
+
+def _share(rank: int, world: int) -> list[Trajectory]:
+    """This rank's episodes: tasks rank, rank + world, ... (whole groups), as `collect` deals them."""
+    return [_episode(text, reward) for task in EPISODES[rank::world] for text, reward in task]
+
+
+def _recipe(tmp: str, world: int) -> Any:
+    return load_recipe(TINY_RL, [f'output_dir="{tmp}"', "model.max_seq_len=256", f"parallel.dp_shard={world}",
+                                 f"launch.nproc_per_node={world}", "rl.tasks_per_step=4"])
+
+
+def _gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, param in model.named_parameters():
+        grad = param.grad
+        if grad is None:
+            continue
+        full = grad.full_tensor() if hasattr(grad, "full_tensor") else grad
+        out[name.replace("_checkpoint_wrapped_module.", "").replace("_fsdp_wrapped_module.", "")] = full.detach().clone()
+    return out
+
+
+def _step(rank: int, world: int, tmp: str) -> dict[str, Any]:
+    recipe = _recipe(tmp, world)
+    distributed = world > 1
+    runtime = Runtime(rank=rank, world_size=world, device=torch.device("cpu"), out=Path(tmp))
+    dims = recipe.parallel
+    meshes = dims.build_meshes("cpu") if distributed else None
+    model = build_model(recipe.model, seed=SEED, device=runtime.device, dims=dims if distributed else None,
+                        meshes=meshes)
+    optimizer = build_optimizer(recipe.optimizer, model, distributed=distributed)
+    rollout = build_model(recipe.model, seed=SEED, device=runtime.device) if distributed else model
+    policy = TrainerPolicy(model, rollout, max_new_tokens=8, temperature=1.0, device=runtime.device,
+                           distributed=distributed)
+    trajectories = _share(rank, world)
+    hints, _ = feedback(trajectories, [make_detector(name) for name in DETECTORS])
+    pg, kl = update(policy, optimizer, trajectories, hints, config=recipe.rl, runtime=runtime)
+    return {"grads": _gradients(model), "pg": pg, "kl": kl, "hints": len(hints),
+            "tokens": sum(sum(policy.sequence(t).mask[1:]) for t in trajectories)}
+
+
+def test_the_share_of_hints_and_tokens_differs_between_ranks(tmp_path: Path) -> None:
+    """The setting the test needs: with 2 ranks, hints on rank 0 only and unequal token counts."""
+    detectors = [make_detector(name) for name in DETECTORS]
+    hinted = [len(feedback(_share(rank, 2), detectors)[0]) for rank in range(2)]
+    assert hinted[0] >= 1 and hinted[1] == 0
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_the_distributed_gradient_is_the_one_process_gradient(world: int, tmp_path: Path) -> None:
+    ParallelDims(dp_replicate=1, dp_shard=world, cp=1, ep=1, world_size=world)  # a valid layout
+    assert config_from_preset("tiny").n_heads >= 1
+    single = _step(0, 1, str(tmp_path / "one"))
+    ranks = run_gloo(world, _step, str(tmp_path / "many"))
+    assert single["hints"] >= 1 and [r["hints"] for r in ranks][1:] == [0] * (world - 1)
+    assert len({r["tokens"] for r in ranks}) > 1  # the ranks' token counts differ
+    for name, expected in single["grads"].items():
+        got = ranks[0]["grads"][name]
+        torch.testing.assert_close(got, expected, atol=GRAD_ATOL, rtol=GRAD_RTOL, msg=lambda m, n=name: f"{n}: {m}")
+    # The logged losses, averaged over the ranks as log_step does, are the one-process values.
+    assert sum(r["pg"] for r in ranks) / world == pytest.approx(single["pg"], rel=1e-5, abs=1e-6)  # terms of ±1e-3 cancel
+    # One process takes the chunked KL, the shards the full-logits one: they agree to ~1e-4.
+    assert sum(r["kl"] for r in ranks) / world == pytest.approx(single["kl"], rel=1e-3)
