@@ -97,9 +97,11 @@ def test_only_the_policys_own_tokens_are_trained_on() -> None:
     trajectory.turns.append(Turn(index=2, text='{"tool": "submit"}', call=ToolCall(name="submit"), observation="ok"))
     sequence = trajectory_sequence(trajectory, context=4096)
     marked = bytes(t for t, m in zip(sequence.tokens, sequence.mask, strict=True) if m)
-    assert marked == b'{"tool": "submit"}'
+    # The message, and the token that ended it (scored as the EOS a scripted message ends with).
+    assert marked == b'{"tool": "submit"}\n'
     cut = trajectory_sequence(trajectory, context=20)
-    assert len(cut.tokens) == 20 and bytes(t for t, m in zip(cut.tokens, cut.mask, strict=True) if m).endswith(b'mit"}')
+    assert len(cut.tokens) == 20 and bytes(t for t, m in zip(cut.tokens, cut.mask, strict=True) if m).endswith(b'mit"}\n')
+    assert cut.targets == sequence.targets[-19:]
 
 
 @pytest.mark.docker

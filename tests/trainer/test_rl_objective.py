@@ -1,4 +1,5 @@
-"""The RL objective on several processes is the one-process objective (issue 21, item 1).
+"""The RL objective: on several processes it is the one-process objective (issue 21, item 1), and
+its log-probs are those of what was sampled, as it was sampled (item 3).
 
 One process runs `update` on every trajectory of a step; 2 and 4 gloo ranks run it on their own
 share (whole GRPO groups, as `collect` deals them), with the feedback hints on some ranks only and
@@ -116,3 +117,62 @@ def test_the_distributed_gradient_is_the_one_process_gradient(world: int, tmp_pa
     assert sum(r["pg"] for r in ranks) / world == pytest.approx(single["pg"], rel=1e-5, abs=1e-6)  # terms of ±1e-3 cancel
     # One process takes the chunked KL, the shards the full-logits one: they agree to ~1e-4.
     assert sum(r["kl"] for r in ranks) / world == pytest.approx(single["kl"], rel=1e-3)
+
+
+# --- item 3: the policy gradient scores what was sampled, as it was sampled ----------------------
+
+
+def _ended(text: str, ending: str) -> Trajectory:
+    trajectory = _episode(text, 1.0)
+    trajectory.turns[0].ending = ending
+    return trajectory
+
+
+def test_the_token_that_ended_a_message_is_in_the_policy_gradient() -> None:
+    from trainer.pretrain.data import ByteTokenizer
+    from trainer.rl.policy import trajectory_sequence
+
+    eos = ByteTokenizer().eos_id
+    text = '{"tool": "submit"}'
+    by_ending = {e: trajectory_sequence(_ended(text, e), 4096) for e in ("eos", "tag", "limit")}
+    body = text.encode()
+    for ending, sequence in by_ending.items():
+        assert sequence.targets is not None and len(sequence.targets) == len(sequence.tokens) - 1
+        marked = [t for t, m in zip(sequence.tokens, sequence.mask, strict=True) if m]
+        start = next(i for i, m in enumerate(sequence.mask) if m)
+        assert bytes(sequence.tokens[start:start + len(body)]) == body
+        end = start + len(body)  # the newline that renders the message's end
+        if ending == "eos":  # scored as the EOS the sampler drew, from the same logits
+            assert len(marked) == len(body) + 1 and sequence.targets[end - 1] == eos and sequence.mask[end]
+        elif ending == "tag":  # the newline and "<|" the sampler drew are the next header's
+            assert len(marked) == len(body) + 3 and bytes(sequence.tokens[end:end + 3]) == b"\n<|"
+            assert sequence.targets[end - 1] == sequence.tokens[end]
+        else:  # cut at the budget: nothing ended it
+            assert len(marked) == len(body) and not sequence.mask[end]
+    # The feedback KL's target is the message and EOS: the policy gradient now covers the same tokens.
+    assert by_ending["eos"].mask.count(True) == len(body) + 1
+
+
+def test_log_probs_come_from_the_sampling_distribution(tmp_path: Path) -> None:
+    from trainer.rl.policy import ByteSampler, sampling_logits
+
+    recipe = _recipe(str(tmp_path), 1)
+    model = build_model(recipe.model, seed=SEED, device=torch.device("cpu"))
+    policy = TrainerPolicy(model, model, max_new_tokens=8, temperature=0.7, device=torch.device("cpu"),
+                           distributed=False)
+    from trainer.pretrain.data import ByteTokenizer
+
+    bos = ByteTokenizer().bos_id
+    tokens = [bos, *b"<|user|>\nhi\n<|assistant|>\n{"]
+    with torch.no_grad():
+        logprobs = policy.token_logprobs(tokens)
+        logits = model(torch.tensor([tokens]))[0, :-1].float()
+        sampled = torch.softmax(sampling_logits(logits, 0.7), dim=-1)
+    expected = torch.log(sampled.gather(1, torch.tensor(tokens[1:])[:, None])[:, 0])
+    torch.testing.assert_close(logprobs, expected, atol=1e-5, rtol=1e-5)
+    plain = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(tokens[1:])[:, None])[:, 0]
+    assert not torch.allclose(logprobs, plain, atol=1e-3)  # temperature 1 and no mask would differ
+    # What the sampler draws from is exactly that distribution.
+    sampler = ByteSampler(model, max_new_tokens=1, temperature=0.7, device=torch.device("cpu"))
+    assert sampler.temperature == policy.sampler.temperature
+    assert float(sampled[-1, bos]) == 0.0  # BOS is never drawn, so never scored

@@ -117,6 +117,9 @@ class Turn:
     """Why the call failed: malformed, unknown tool, bad arguments, a tool error; empty if it worked."""
     error_kind: str = ""
     """``malformed``, ``unknown_tool``, ``bad_args``, ``tool_error`` or empty."""
+    ending: str = ""
+    """How sampling ended the message: ``eos``, ``tag`` (the start of another block), ``limit``
+    (the token budget), or empty when no sampler wrote it (`trainer.rl.policy.trajectory_sequence`)."""
 
 
 @dataclass(kw_only=True, slots=True)

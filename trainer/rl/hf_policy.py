@@ -22,7 +22,7 @@ the byte tokenizer's does.
 **Sampling** stops at an EOS, at the start of the next block (``<|``), or after
 ``max_new_tokens``; the message is the text before ``<|`` without trailing newlines
 (`message_text`). The sampler draws from softmax(logits / temperature), the distribution the
-log-probs are taken from (at temperature 1, as for the trainer's model): the model's own
+log-probs are taken from too (`token_logprobs` divides by the temperature): the model's own
 generation defaults (top-k, top-p, repetition penalty, ...) are replaced, and requests to a
 server set them off explicitly.
 
@@ -237,10 +237,12 @@ class HFPolicy:
 
     # -- scores and the loss -----------------------------------------------------------------------
 
-    def token_logprobs(self, tokens: list[int]) -> Tensor:
+    def token_logprobs(self, tokens: list[int], targets: list[int] | None = None) -> Tensor:
+        """Under softmax(logits / temperature), the distribution messages are sampled from."""
         ids_1T = torch.tensor([tokens], device=self.device)
-        logits_TV = self.model(input_ids=ids_1T).logits[0, :-1].float()
-        return torch.log_softmax(logits_TV, dim=-1).gather(1, ids_1T[0, 1:, None])[:, 0]
+        wanted_T = ids_1T[0, 1:] if targets is None else torch.tensor(targets, device=self.device)
+        logits_TV = self.model(input_ids=ids_1T).logits[0, :-1].float() / self.temperature
+        return torch.log_softmax(logits_TV, dim=-1).gather(1, wanted_T[:, None])[:, 0]
 
     def _batch(self, sequences: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
         """Right-padded ids [B, T] and their attention mask: padding comes after each sequence,

@@ -228,7 +228,10 @@ class EpisodeRunner:
             while not done:
                 message = (self.gold.message(task, turn) if self.gold is not None
                            else policy.generate(env.trajectory.messages, generator))
+                ending = "" if self.gold is not None else getattr(policy, "last_ending", "")
                 _, done = env.step(message)
+                if env.trajectory.turns:
+                    env.trajectory.turns[-1].ending = ending
                 turn += 1
         finally:
             env.close()
@@ -340,7 +343,7 @@ def update(policy: RLPolicy, optimizer: torch.optim.Optimizer, trajectories: Seq
     advantages = grpo_advantages([t.reward for t in trajectories], config.rollouts_per_task)
     sequences = [policy.sequence(t) for t in trajectories]
     with torch.no_grad():
-        old = [policy.token_logprobs(s.tokens) for s in sequences]
+        old = [policy.token_logprobs(s.tokens, s.targets) for s in sequences]
     # The objective is the one a single process computes over every rank's trajectories: the
     # policy gradient summed over all generated tokens over their global count, plus λ times the
     # KL summed over all hinted target tokens over their global count. FSDP2 averages the ranks'
@@ -360,7 +363,7 @@ def update(policy: RLPolicy, optimizer: torch.optim.Optimizer, trajectories: Seq
             mask = torch.tensor(sequence.mask[1:], device=device)
             if not distributed and (not mask.any() or advantage == 0):
                 continue  # nothing to learn; with shards every rank runs every forward
-            now = policy.token_logprobs(sequence.tokens)
+            now = policy.token_logprobs(sequence.tokens, sequence.targets)
             ratio = torch.exp(now - before)
             clipped = torch.clamp(ratio, 1 - config.clip_eps, 1 + config.clip_eps)
             objective = torch.minimum(ratio * advantage, clipped * advantage)

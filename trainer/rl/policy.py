@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from trainer.model import Transformer
     from trainer.rl.kl import KLKind
 
-__all__ = ["ByteSampler", "RLPolicy", "TokenSequence", "TrainerPolicy", "trajectory_sequence"]
+__all__ = ["ByteSampler", "RLPolicy", "TokenSequence", "TrainerPolicy", "sampling_logits", "trajectory_sequence"]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -48,7 +48,12 @@ class TokenSequence:
 
     tokens: list[int]
     mask: list[bool]
-    """True at positions whose token the policy generated (its assistant messages)."""
+    """True at positions whose token the policy generated (its assistant messages, and the token
+    that ended each one)."""
+    targets: list[int] | None = None
+    """The token scored at each position 1 .. T-1 when it is not the sequence's own: the EOS that
+    ended a message the sampler stopped on EOS, at the place of the newline that renders the
+    message's end. None: ``tokens[1:]``."""
 
 
 class RLPolicy(Protocol):
@@ -62,8 +67,9 @@ class RLPolicy(Protocol):
         """The whole conversation as tokens with the policy's own marked, cut from the left to the context."""
         ...
 
-    def token_logprobs(self, tokens: list[int]) -> Tensor:
-        """log p(token_t | tokens_<t) for t = 1 .. T-1, with gradients to the trained weights."""
+    def token_logprobs(self, tokens: list[int], targets: list[int] | None = None) -> Tensor:
+        """log p(target_t | tokens_<t) for t = 1 .. T-1 (targets: ``tokens[1:]`` by default), under
+        the distribution messages are sampled from, with gradients to the trained weights."""
         ...
 
     def feedback_kl(self, hinted: Sequence[tuple[Trajectory, Hint]], *, kind: KLKind, chunk_size: int) -> Tensor:
@@ -80,8 +86,20 @@ class RLPolicy(Protocol):
         ...
 
 
+def sampling_logits(logits: Tensor, temperature: float) -> Tensor:
+    """The logits messages are sampled from (last dimension: the vocabulary): divided by the
+    temperature, with every token but the 256 bytes and EOS masked out (never BOS or PAD)."""
+    eos = ByteTokenizer().eos_id
+    allowed = torch.full((logits.shape[-1],), float("-inf"), device=logits.device)
+    allowed[:256] = 0.0
+    allowed[eos] = 0.0
+    return logits / temperature + allowed
+
+
 class ByteSampler:
-    """Samples assistant messages from the trainer's model over the byte tokenizer."""
+    """Samples assistant messages from the trainer's model over the byte tokenizer. ``last_ending``
+    says how the last message ended: ``eos`` (sampled EOS), ``tag`` (sampled the newline and ``<|``
+    that start another block, which are cut off) or ``limit`` (``max_new_tokens``)."""
 
     def __init__(self, model: Transformer, *, max_new_tokens: int, temperature: float, device: torch.device) -> None:
         self.model = model
@@ -90,6 +108,7 @@ class ByteSampler:
         self.temperature = temperature
         self.device = device
         self.context = model.config.max_seq_len
+        self.last_ending = ""
 
     def encode_prefix(self, text: str) -> list[int]:
         """BOS and the text's bytes (no EOS: the model continues it), cut from the left to fit."""
@@ -104,21 +123,20 @@ class ByteSampler:
         out: list[int] = []
         was_training = self.model.training
         self.model.eval()
+        self.last_ending = "limit"
         try:
             for _ in range(self.max_new_tokens):
                 tokens = torch.tensor([ids + out], device=self.device)
                 logits = self.model(tokens)[0, -1].float()
-                allowed = torch.full_like(logits, float("-inf"))
-                allowed[:256] = 0.0  # bytes, and EOS; never BOS or PAD
-                allowed[self.tokenizer.eos_id] = 0.0
-                logits = logits + allowed
-                probs = torch.softmax(logits / self.temperature, dim=-1)
+                probs = torch.softmax(sampling_logits(logits, self.temperature), dim=-1)
                 token = int(torch.multinomial(probs.cpu(), 1, generator=generator))
                 if token == self.tokenizer.eos_id:
+                    self.last_ending = "eos"
                     break
                 out.append(token)
                 if bytes(out[-3:]) == b"\n<|":
                     out = out[:-3]
+                    self.last_ending = "tag"
                     break
         finally:
             self.model.train(was_training)
@@ -127,18 +145,41 @@ class ByteSampler:
 
 def trajectory_sequence(trajectory: Trajectory, context: int) -> TokenSequence:
     """The whole conversation as byte tokens, with the assistant messages marked, cut from the left
-    to ``context`` tokens."""
+    to ``context`` tokens.
+
+    The token that ended each sampled message is marked too, so the policy gradient teaches when
+    to stop as the feedback KL does (its targets end with EOS): a message the sampler stopped on
+    EOS scores EOS in place of the newline that renders its end (the same logits: the context is
+    the message so far); one stopped on the newline and ``<|`` of a next block marks those three
+    tokens, which the next message's header repeats exactly; one cut at ``max_new_tokens`` marks
+    nothing more. A turn without a recorded ending (a scripted message) ends on EOS."""
     tokenizer = ByteTokenizer()
-    tokens, mask = [tokenizer.bos_id], [False]
-    for message in trajectory.messages:
+    endings = {turn.index: turn.ending for turn in trajectory.turns}
+    tokens, mask, targets = [tokenizer.bos_id], [False], []
+    tags: list[int] = []  # positions of a newline and "<|" that ended a message
+    for index, message in enumerate(trajectory.messages):
         head = f"<|{message.role}|>\n".encode()
         body = message.content.rstrip("\n").encode("utf-8")
-        tokens += [*head, *body, *b"\n"]
         generated = message.role == "assistant"
+        start = len(tokens)
+        tokens += [*head, *body, *b"\n"]
         mask += [False] * len(head) + [generated] * len(body) + [False]
+        targets += tokens[start:]
+        if not generated:
+            continue
+        ending = endings.get(index, "eos") or "eos"
+        end = len(tokens) - 1  # the newline after the body
+        if ending == "eos":
+            mask[end] = True
+            targets[end - 1] = tokenizer.eos_id
+        elif ending == "tag":
+            tags += [end, end + 1, end + 2]
+    for position in tags:
+        if position < len(mask):
+            mask[position] = True
     if len(tokens) > context:
-        tokens, mask = tokens[-context:], mask[-context:]
-    return TokenSequence(tokens=tokens, mask=mask)
+        tokens, mask, targets = tokens[-context:], mask[-context:], targets[-(context - 1):]
+    return TokenSequence(tokens=tokens, mask=mask, targets=targets)
 
 
 class TrainerPolicy:
@@ -159,13 +200,19 @@ class TrainerPolicy:
     def generate(self, messages: Sequence[Message], generator: torch.Generator) -> str:
         return self.sampler.generate(messages, generator)
 
+    @property
+    def last_ending(self) -> str:
+        """How the last generated message ended (`ByteSampler`)."""
+        return self.sampler.last_ending
+
     def sequence(self, trajectory: Trajectory) -> TokenSequence:
         return trajectory_sequence(trajectory, self.context)
 
-    def token_logprobs(self, tokens: list[int]) -> Tensor:
+    def token_logprobs(self, tokens: list[int], targets: list[int] | None = None) -> Tensor:
         ids = torch.tensor([tokens], device=self.device)
-        logits = self.model(ids)[0, :-1].float()
-        return torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
+        wanted = ids[0, 1:] if targets is None else torch.tensor(targets, device=self.device)
+        logits = sampling_logits(self.model(ids)[0, :-1].float(), self.sampler.temperature)
+        return torch.log_softmax(logits, dim=-1).gather(1, wanted[:, None])[:, 0]
 
     def feedback_tokens(self, hinted: Sequence[tuple[Trajectory, Hint]]) -> int:
         examples = [encode_feedback(trajectory, hint, max_len=self.context) for trajectory, hint in hinted]
