@@ -43,7 +43,7 @@ from taskforge.repo.sources import Snapshot
 from taskforge.sandbox import SandboxBackend
 from taskforge.sandbox.base_image import BaseImage
 
-__all__ = ["DroppedRequirement", "Environment", "WORKSPACE", "build_environment", "host_python"]
+__all__ = ["DroppedRequirement", "Environment", "WORKSPACE", "build_environment", "ensure_image", "host_python"]
 
 WORKSPACE = "/workspace"
 """Where a repository's code is copied inside a sandbox."""
@@ -461,3 +461,22 @@ def build_environment(
         return env
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def ensure_image(source: str, image: str, *, backend: SandboxBackend) -> bool:
+    """Make sure the image ``image`` that a task row names exists; returns whether it had to be built.
+
+    A dataset travels without its images: on another machine, or after ``docker image prune`` or a
+    new base image, the row's ``image_name`` is missing. It is then rebuilt the way mining built it,
+    from the row's ``source`` on the current base image, and tagged with the row's name (the SWE-bench
+    harness likewise builds an instance's image from its spec when it is not there).
+    """
+    from taskforge.repo.sources import fetch
+    from taskforge.sandbox.base_image import current_base
+
+    if backend.image_exists(image):
+        return False
+    env = build_environment(fetch(source), backend=backend, base=current_base(backend))
+    if env.image != image:
+        backend.tag_image(env.image, image)
+    return True

@@ -223,6 +223,16 @@ class DockerBackend:
             raise SandboxError(f"image import failed: {_short(err)}", reason="image_build_failed") from err
         return self.image_id(tag)
 
+    def tag_image(self, image: str, tag: str) -> None:
+        """Give the image ``image`` (a tag or an id) the name ``tag`` as well."""
+        repository, _, version = tag.rpartition(":")
+        try:
+            self.client.images.get(image).tag(repository, version)
+        except docker.errors.ImageNotFound as err:
+            raise SandboxError(f"image {image} does not exist", reason="image_missing") from err
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as err:
+            raise SandboxError(f"cannot tag {image} as {tag}: {_short(err)}", reason="image_build_failed") from err
+
     def remove_image(self, tag: str) -> None:
         try:
             self.client.images.remove(tag, force=True)

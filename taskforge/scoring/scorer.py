@@ -50,7 +50,7 @@ from typing import Any, Literal, Self
 from taskforge import guest
 from taskforge.errors import SandboxError, TaskforgeError, TestRunError
 from taskforge.repo.canaries import Twin, make_twins, place_twin, twin_ids
-from taskforge.repo.environment import Environment
+from taskforge.repo.environment import Environment, ensure_image
 from taskforge.repo.patches import StateTrees, apply_patch
 from taskforge.repo.sources import Snapshot
 from taskforge.repo.startstate import rebuild_start_state
@@ -305,6 +305,9 @@ class Scorer:
         self._states: dict[str, _TaskState] = {}
         self._state_locks: dict[str, threading.Lock] = {}
         self._facts: dict[str, _ImageFacts] = {}
+        self._images: dict[str, str] = {}
+        """Images made sure of: image name → "" when it is there, else why it could not be rebuilt."""
+        self._image_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def __enter__(self) -> Self:
@@ -321,6 +324,7 @@ class Scorer:
 
     def warm(self, task: Task) -> None:
         """Rebuild ``task``'s start state and start filling the pool with its image, ahead of time."""
+        self._ensure_image(task)
         self._state(task)
         self.pool.warm(task.image_name)
 
@@ -379,6 +383,7 @@ class Scorer:
 
     def _score(self, task: Task, patch: str, result: RewardResult, tests: str, timeout_s: float) -> None:
         applying = time.monotonic()
+        self._ensure_image(task)
         state = self._state(task)
         try:
             prepared = self._prepare(task, state, patch)
@@ -426,6 +431,23 @@ class Scorer:
                            for part in plan]
                 runs = [future.result() for future in futures]
         return list(zip(plan, runs, strict=True))
+
+    def _ensure_image(self, task: Task) -> None:
+        """The task's image exists, rebuilt from its source if it was missing (once per image; a
+        rebuild that failed is not tried again by this scorer)."""
+        image = task.image_name
+        with self._lock:
+            lock = self._image_locks.setdefault(image, threading.Lock())
+        with lock:
+            if image not in self._images:
+                try:
+                    ensure_image(task.source, image, backend=self.backend)
+                    self._images[image] = ""
+                except TaskforgeError as err:
+                    self._images[image] = (f"the image {image} is missing and could not be rebuilt from "
+                                           f"{task.source}: {err} [{err.reason}]")
+            if self._images[image]:
+                raise SandboxError(self._images[image], reason="image_missing")
 
     def _state(self, task: Task) -> _TaskState:
         key = f"{task.instance_id}@{task.base_commit}"

@@ -76,3 +76,36 @@ def test_score_writes_reward_rows_reports_unknown_tasks_and_resumes(sample: Path
     other_mode = _score(session_cache, *args, "--mode", "partial")
     assert other_mode.returncode == 1
     assert other_mode.stderr.strip().splitlines()[-1].endswith("[recipe_mismatch]")
+
+
+def test_score_rebuilds_an_image_the_rows_name_but_this_machine_lacks(sample: Path, session_cache: Path,
+                                                                      backend, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A dataset travels without its images: a row whose image_name this Docker engine does not
+    have is scored after its environment is rebuilt from the row's source and tagged with that
+    name; a row whose source cannot be fetched is an infra_error that says why."""
+    import uuid
+    from dataclasses import replace
+
+    from taskforge.datasets import TASKS, DatasetWriter, run_versions
+
+    first, second, _ = read_tasks(sample)
+    missing = f"taskforge-env-missing:{uuid.uuid4().hex[:12]}"
+    unbuildable = f"taskforge-env-unbuildable:{uuid.uuid4().hex[:12]}"
+    folder = tmp_path / "tasks"
+    with DatasetWriter(folder, kind=TASKS, recipe=read_manifest(sample).recipe, versions=run_versions()) as writer:
+        writer.write([replace(first, image_name=missing).to_row(),
+                      replace(second, image_name=unbuildable, source=str(tmp_path / "no-such-repository")).to_row()],
+                     prefix="tasks-moved")
+    assert not backend.image_exists(missing)
+    try:
+        run = _score(session_cache, "--tasks", str(folder), "--out", str(tmp_path / "rewards"), "--gold")
+        assert run.returncode == 0, run.stderr[-3000:]
+        rows = {r["instance_id"]: r for r in datasets.open(tmp_path / "rewards").to_table().to_pylist()}
+        assert (rows[first.instance_id]["status"], rows[first.instance_id]["reward"]) == ("ok", 1.0)
+        assert backend.image_exists(missing)
+        broken = rows[second.instance_id]
+        assert (broken["status"], broken["reward"]) == ("infra_error", 0.0)
+        assert f"the image {unbuildable} is missing and could not be rebuilt" in broken["detail"]
+        assert "[image_missing]" in broken["detail"]
+    finally:
+        backend.remove_image(missing)
