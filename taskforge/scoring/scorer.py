@@ -66,7 +66,6 @@ from taskforge.scoring.rewards import (
     compute_reward,
     load_predictions,
 )
-from taskforge.scoring.verdict import Part, judge_run, plan_runs, task_canaries
 from taskforge.scoring.tamper import (
     DEFAULT_CONFIG_FILES,
     TestPaths,
@@ -75,6 +74,7 @@ from taskforge.scoring.tamper import (
     lint_text,
     new_findings,
 )
+from taskforge.scoring.verdict import Part, judge_run, plan_runs, task_canaries
 from taskforge.task import Task
 
 __all__ = [
