@@ -406,7 +406,7 @@ def _feature_context(removal: Removal, source_paths: Sequence[str], index: Symbo
         for path in source_paths
         if path in by_path and removal.files.get(path, "") is not None
     }
-    return {"files": tuple(p for p in source_paths if p in by_path), "remaining": remaining}
+    return {"files": tuple(p for p in source_paths if p in by_path), "remaining": remaining, "options": removal.options}
 
 
 def finding_detail(findings: Sequence[Mapping[str, Any]]) -> str:

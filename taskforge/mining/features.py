@@ -10,8 +10,9 @@ test file, a test class, or the tests that exercise one public unit. For each gr
    and module-level constants, whose every user in the package is already in the set;
 3. pruned to what the rest of the package can live without: a unit any code outside the set uses
    (by the symbol index's reference graph), or that runs while the package is imported, leaves it.
-   Module-level code that only *registers* a unit (an entry of a dispatch table, a name in
-   ``__all__``, an import that re-exports it) does not keep it: the removal takes the entry out;
+   Code that only *registers* a unit (an entry of a dispatch table, a name in ``__all__``, an
+   import that re-exports it, a command-line option and the branch it guards, see
+   :mod:`taskforge.mining.removal.switches`) does not keep it: the removal takes the entry out;
 4. split into connected parts: two units belong together when one uses the other, they are
    methods of one class, or the same tests exercise them (Jaccard similarity of at least one half).
 
@@ -28,7 +29,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from taskforge.difficulty import chain_depth
-from taskforge.mining.removal.feature import module_variables
+from taskforge.mining.removal.feature import module_variables, simple_name
+from taskforge.mining.removal.switches import Switches, package_switches
 from taskforge.repo.symbols import SymbolIndex
 
 __all__ = ["Feature", "feature_units", "find_features"]
@@ -59,9 +61,11 @@ class Feature:
 class _Graph:
     """The index seen as units: who uses each unit, what each unit uses."""
 
-    def __init__(self, index: SymbolIndex, exercised: Mapping[str, frozenset[str]]) -> None:
+    def __init__(self, index: SymbolIndex, exercised: Mapping[str, frozenset[str]],
+                 switches: Switches | None = None) -> None:
         self.index = index
         self.exercised = exercised
+        self.switches = switches or Switches()
         symbols = index.symbols
         self.unit_of: dict[str, str] = {q: self._unit(q) for q in symbols}
         decorated = {q for q, s in symbols.items() if s.kind == "class" and _has_decorator(index, q)}
@@ -102,6 +106,10 @@ class _Graph:
 
     def tests_of(self, unit: str) -> frozenset[str]:
         return self.exercised.get(unit, frozenset())
+
+    def switched(self, user: str, unit: str) -> bool:
+        """``user`` reaches ``unit`` only through command-line switches that can be cut."""
+        return bool(self.switches.cuts_for(user, [simple_name(unit)]))
 
 
 def _dunder(name: str) -> bool:
@@ -146,7 +154,7 @@ def feature_units(
             if unit in index.symbols and index.symbols[unit].parent in classes:
                 continue  # its class goes whole already
             users = graph.users.get(unit, frozenset())
-            if users and all(inside(u) for u in users):
+            if users and all(inside(u) or graph.switched(u, unit) for u in users) and any(inside(u) for u in users):
                 members.add(unit)
                 frontier.append(unit)
     changed = True
@@ -155,7 +163,8 @@ def feature_units(
         for unit in sorted(members):
             users = graph.users.get(unit, frozenset())
             blocked = unit in index.import_time or any(
-                not inside(u) and not (u.startswith("<module ") and unit not in graph.variables) for u in users
+                not inside(u) and not (u.startswith("<module ") and unit not in graph.variables)
+                and not graph.switched(u, unit) for u in users
             )
             if blocked:
                 members.discard(unit)
@@ -241,7 +250,7 @@ def find_features(
 ) -> list[Feature]:
     """Every feature of at least ``min_symbols`` symbols whose tests number at most ``max_tests``,
     in a deterministic order (by anchor, then members)."""
-    graph = _Graph(index, exercised)
+    graph = _Graph(index, exercised, package_switches(index, _texts(index)))
     passing = sorted(set(passing))
     by_test: dict[str, set[str]] = defaultdict(set)
     for unit in graph.units:
@@ -284,6 +293,16 @@ def find_features(
                 symbols=len(symbols),
             )
     return sorted(found.values(), key=lambda f: (f.anchor, f.members))
+
+
+def _texts(index: SymbolIndex) -> dict[str, str]:
+    texts = {}
+    for path in index.modules.values():
+        try:
+            texts[path] = (index.repo / path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+    return texts
 
 
 def _lines(index: SymbolIndex, qualname: str) -> int:

@@ -48,6 +48,8 @@ class Removal:
     removed_code: dict[str, str]
     """Target and helper qualnames (or the module) -> the source text taken out, blank lines at
     either end stripped (for ``body``: the statements after the docstring)."""
+    options: tuple[str, ...] = ()
+    """``feature``: the command-line options removed with it (``--yaml``)."""
     trajectory: dict[str, object] | None = None
     """How an LLM agent got there (messages, tool calls, usage), for the task's ``validation``
     record; None for the deterministic agent."""

@@ -7,6 +7,7 @@ editor (:mod:`taskforge.mining.removal.edits`).
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,9 +25,15 @@ from taskforge.mining.removal.edits import (
     _Parsed,
     _refuse,
 )
+from taskforge.mining.removal.switches import Option, cut_switches, package_switches
 from taskforge.repo.symbols import SymbolIndex
 
-__all__ = ["module_level_names", "module_variables", "remove_feature"]
+__all__ = ["drop_entry_points", "module_level_names", "module_variables", "remove_feature", "simple_name"]
+
+
+def simple_name(qualname: str) -> str:
+    """How code names a symbol or variable where it uses it: the last part (``pkg.mod:Cls.meth`` → ``meth``)."""
+    return qualname.partition(":")[2].rpartition(".")[2]
 
 
 def remove_feature(
@@ -47,8 +54,19 @@ def remove_feature(
     if running:
         raise _refuse(f"{running[0]} runs while the package is imported")
     blockers = sorted({u for q in dead for u in index.used_by.get(q, ()) if u not in dead and not u.startswith("<module ")})
+    options: dict[tuple[str, str | None], Option] = {}
     if blockers:
-        raise _refuse(f"{target}'s feature is still used by {_listing(blockers)}")
+        # A use inside the branch a command-line option guards is a registration: option and branch go.
+        switches = package_switches(index, {p: parse(repo, p).text for p in index.modules.values()})
+        kept = []
+        for user in blockers:
+            cuts = switches.cuts_for(user, {simple_name(q) for q in dead if user in index.used_by.get(q, ())})
+            if cuts:
+                options.update(((o.dest, o.command), o) for o in cuts)
+            else:
+                kept.append(user)
+        if kept:
+            raise _refuse(f"{target}'s feature is still used by {_listing(kept)}")
     known = set(index.symbols) | variables
     gone_modules: set[str] = set()
 
@@ -99,15 +117,21 @@ def remove_feature(
         affected |= index.imported_by.get(q, frozenset())
     affected |= _modules_naming(index, is_dead)
     affected |= {u[len("<module "):-1] for q in dead for u in index.used_by.get(q, ()) if u.startswith("<module ")}
+    switch_modules = {index.symbols[u].module for u in blockers if u in index.symbols} | {o.module for o in options.values()}
+    affected |= switch_modules
     removed_code: dict[str, str] = {}
     for _ in range(2):  # once more when a module is left empty: its importers change too
         files: dict[str, str | None] = {}
+        cut_spellings: set[str] = set()
         dropped.clear()
         emptied: set[str] = set()
         for module in sorted(m for m in affected if m in index.modules and m not in gone_modules):
             path = index.modules[module]
             parsed = parse(repo, path)
             editor, new_text = edit(module, parsed)
+            if module in switch_modules:
+                new_text, declared = cut_switches(new_text, list(options.values()))
+                cut_spellings |= declared
             if editor.deleted_from_decorated_class:
                 raise _refuse(f"{editor.deleted_from_decorated_class[0]} belongs to a decorated class")
             if module in own:
@@ -130,8 +154,12 @@ def remove_feature(
             break
         gone_modules |= emptied
         affected |= {m for g in gone_modules for m in index.importers(g)} | {g.rpartition(".")[0] for g in gone_modules}
+    undeclared = sorted(o.spelling for o in options.values() if o.spelling not in cut_spellings)
+    if undeclared:
+        raise _refuse(f"the option {undeclared[0]} is not declared by a statement or decorator of its own")
     for module in sorted(gone_modules):
         files[index.modules[module]] = None
+    files.update(drop_entry_points(repo, index, dead, gone_modules))
     top = {q.partition(":")[2] for q in dead if "." not in q.partition(":")[2]}
     for module, path in sorted(index.modules.items()):
         if module in gone_modules:
@@ -149,6 +177,7 @@ def remove_feature(
         strategy="feature",
         target=target,
         removed=removed,
+        options=tuple(sorted(o.spelling for o in options.values())),
         files=dict(sorted(files.items())),
         removed_code={q: removed_code[q] for q in (target, *members) if q in removed_code},
     )
@@ -211,3 +240,44 @@ def module_level_names(text: str) -> tuple[frozenset[str], frozenset[str]]:
     walk(ast.parse(text))
     return frozenset(names), frozenset(attributes)
 
+
+
+_ENTRY_TABLES = re.compile(r"^\[(project\.(scripts|gui-scripts|entry-points\.[^\]]+)|tool\.poetry\.(scripts|plugins\.[^\]]+))\]\s*$")
+_ENTRY_LINE = re.compile(r"""^\s*["']?[\w.\-]+["']?\s*=\s*["']?\s*([\w.]+)\s*(?::\s*([\w.]+))?\s*(\[[^\]]*\])?\s*["']?\s*(#.*)?$""")
+
+
+def drop_entry_points(repo: Path, index: SymbolIndex, dead: set[str], gone_modules: set[str]) -> dict[str, str]:
+    """pyproject.toml and setup.cfg without the entry points (scripts, plugins) whose object is
+    removed: ``pkg.mod:func`` with ``func`` removed, or any object of a deleted module. Only the
+    changed files, path → new text."""
+    def gone(module: str, attr: str | None) -> bool:
+        if any(module == g or module.startswith(g + ".") for g in gone_modules):
+            return True
+        if attr is None:
+            return False
+        head = attr.partition(".")[0]
+        if f"{module}:{head}" in dead:
+            return True
+        targets = index.namespaces.get(module, {}).get(head, frozenset())  # a re-export
+        return bool(targets) and all(t in dead or t.partition(":")[0] in gone_modules for t in targets)
+
+    out: dict[str, str] = {}
+    for name, in_table in (("pyproject.toml", _ENTRY_TABLES.match), ("setup.cfg", None)):
+        path = repo / name
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        kept: list[str] = []
+        table = False
+        for line in text.splitlines(keepends=True):
+            stripped = line.strip()
+            if stripped.startswith("["):
+                table = bool(in_table(stripped)) if in_table else stripped == "[options.entry_points]"
+            elif table and stripped and not stripped.startswith("#"):
+                match = _ENTRY_LINE.match(line.rstrip("\r\n"))
+                if match and gone(match.group(1), match.group(2)):
+                    continue
+            kept.append(line)
+        if "".join(kept) != text:
+            out[name] = "".join(kept)
+    return out

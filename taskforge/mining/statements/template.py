@@ -56,6 +56,8 @@ class StatementContext:
     """For a ``feature``: the source files the removal changed or deleted."""
     remaining: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """For a ``feature``: file -> the public names it still defines, the interface that stays."""
+    options: tuple[str, ...] = ()
+    """For a ``feature``: the command-line options that ran it, removed with it (``--yaml``)."""
 
 
 class StatementWriter(Protocol):
@@ -115,10 +117,14 @@ class TemplateStatementWriter:
                 if symbol.docstring:
                     lines.append(textwrap.indent(f'"""{symbol.docstring}"""', "    "))
                 lines.append("```")
-        if context.remaining:
+        if context.remaining or context.options:
             lines.append("")
             lines.append("## Where it fits")
             lines.append("")
+            if context.options:
+                named = ", ".join(f"`{o}`" for o in context.options)
+                lines.append(f"- The command line ran it through {named}, which went with it: "
+                             f"{'that option' if len(context.options) == 1 else 'those options'} must work again.")
             for path, names in sorted(context.remaining.items()):
                 shown = ", ".join(f"`{n}`" for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
                 lines.append(f"- `{path}` still has {shown}." if names else f"- `{path}` has no other public names.")
