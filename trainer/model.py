@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal, cast
 
@@ -258,12 +259,18 @@ class Transformer(nn.Module):
             # Built on the meta device, the model is materialized (`to_empty`) and initialized later.
             self.init_weights(seed=0)
 
-    def forward(self, tokens_BT: Tensor) -> Tensor:
+    def forward(self, tokens_BT: Tensor, head: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
+        """Logits [B, T, V]; with ``head``, ``head(normed hidden [B, T, D], output weight [V, D])``
+        instead, so that a loss over the vocabulary can be computed a chunk at a time. The head runs
+        inside this forward, where FSDP2 has gathered the output weight (and its gradient takes
+        FSDP2's reduce-scatter like any other)."""
         if tokens_BT.shape[1] > self.config.max_seq_len:
             raise ValueError(f"sequence length {tokens_BT.shape[1]} exceeds max_seq_len {self.config.max_seq_len}")
         h_BTD = self.tok_embeddings(tokens_BT)
         for layer in self.layers:
             h_BTD = layer(h_BTD, self.rope_cos, self.rope_sin)
+        if head is not None:
+            return head(self.norm(h_BTD), self.output.weight)
         return self.output(self.norm(h_BTD))
 
     def aux_loss(self) -> Tensor:

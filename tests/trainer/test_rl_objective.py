@@ -1,5 +1,6 @@
 """The RL objective: on several processes it is the one-process objective (issue 21, item 1), and
-its log-probs are those of what was sampled, as it was sampled (item 3).
+its log-probs are those of what was sampled, as it was sampled (item 3); and its feedback KL under
+FSDP2 is the chunked one, which never holds [B, T, V] (item 2).
 
 One process runs `update` on every trajectory of a step; 2 and 4 gloo ranks run it on their own
 share (whole GRPO groups, as `collect` deals them), with the feedback hints on some ranks only and
@@ -16,6 +17,8 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from tests.trainer.dist import run_gloo
 from trainer.model import config_from_preset
@@ -115,8 +118,79 @@ def test_the_distributed_gradient_is_the_one_process_gradient(world: int, tmp_pa
         torch.testing.assert_close(got, expected, atol=GRAD_ATOL, rtol=GRAD_RTOL, msg=lambda m, n=name: f"{n}: {m}")
     # The logged losses, averaged over the ranks as log_step does, are the one-process values.
     assert sum(r["pg"] for r in ranks) / world == pytest.approx(single["pg"], rel=1e-5, abs=1e-6)  # terms of ±1e-3 cancel
-    # One process takes the chunked KL, the shards the full-logits one: they agree to ~1e-4.
-    assert sum(r["kl"] for r in ranks) / world == pytest.approx(single["kl"], rel=1e-3)
+    # Both take the chunked KL (under FSDP2 it runs as the model's output head).
+    assert sum(r["kl"] for r in ranks) / world == pytest.approx(single["kl"], rel=1e-5)
+
+
+# --- item 2: the chunked feedback KL under FSDP2 never holds [B, T, V] ---------------------------
+
+CHUNK = 8
+
+
+class _WidestVocabTensor(TorchDispatchMode):
+    """The most rows of any tensor an op creates (views aside) whose last dimension is the
+    vocabulary: [rows, V] logits, probabilities or their gradients."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.rows = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.ndim >= 1 and t.shape[-1] == self.vocab:
+                    self.rows = max(self.rows, t.numel() // self.vocab)
+        return out
+
+
+def _kl_under_fsdp2(rank: int, world: int, tmp: str) -> dict[str, Any]:
+    """The feedback KL of hinted turns on every rank, chunked and through full logits, with the
+    widest vocabulary tensor each path made, forward and backward."""
+    from trainer.rl.feedback import encode_feedback
+    from trainer.rl.kl import full_logits_kl_loss
+
+    recipe = _recipe(tmp, world)
+    runtime = Runtime(rank=rank, world_size=world, device=torch.device("cpu"), out=Path(tmp))
+    model = build_model(recipe.model, seed=SEED, device=runtime.device, dims=recipe.parallel,
+                        meshes=recipe.parallel.build_meshes("cpu"))
+    policy = TrainerPolicy(model, build_model(recipe.model, seed=SEED, device=runtime.device), max_new_tokens=8,
+                           temperature=1.0, device=runtime.device, distributed=True)
+    # A malformed call on every rank, of another length on each.
+    texts = ["submit please now", "call submit, then stop here", "please submit now"]
+    trajectories = [_episode(texts[rank % len(texts)] + " ok" * rank, 0.0), _episode('{"tool": "submit"}', 1.0)]
+    hinted, _ = feedback(trajectories, [make_detector(name) for name in DETECTORS])
+    assert hinted
+    vocab = recipe.model.vocab_size if hasattr(recipe.model, "vocab_size") else model.config.vocab_size
+    out: dict[str, Any] = {"tokens": policy.feedback_tokens(hinted), "vocab": vocab}
+    with _WidestVocabTensor(vocab) as chunked:
+        loss = policy.feedback_kl(hinted, kind="reverse", chunk_size=CHUNK)
+        loss.backward()
+    out["chunked"], out["chunked_rows"], out["chunked_grads"] = float(loss.detach()), chunked.rows, _gradients(model)
+    model.zero_grad(set_to_none=True)
+    examples = [encode_feedback(t, h, max_len=policy.context) for t, h in hinted]
+    with _WidestVocabTensor(vocab) as full:
+        loss = full_logits_kl_loss(model, [e.student_tokens for e in examples], [e.teacher_tokens for e in examples],
+                                   [e.student_span for e in examples], [e.teacher_span for e in examples])
+        loss.backward()
+    out["full"], out["full_rows"], out["full_grads"] = float(loss.detach()), full.rows, _gradients(model)
+    return out
+
+
+def test_the_chunked_feedback_kl_under_fsdp2_equals_full_logits_without_their_tensors(tmp_path: Path) -> None:
+    ranks = run_gloo(2, _kl_under_fsdp2, str(tmp_path))
+    for rank in ranks:
+        assert rank["tokens"] > 2 * CHUNK  # the hinted targets span several chunks
+        # The full-logits path holds [B, T, V]; the chunked one never more than a chunk's rows.
+        assert rank["full_rows"] >= rank["tokens"]
+        assert 0 < rank["chunked_rows"] <= CHUNK
+        assert rank["chunked"] == pytest.approx(rank["full"], rel=1e-4, abs=1e-6)  # float32 sums in another order
+        assert rank["chunked_grads"].keys() == rank["full_grads"].keys()
+        for name, expected in rank["full_grads"].items():
+            torch.testing.assert_close(rank["chunked_grads"][name], expected, atol=GRAD_ATOL, rtol=GRAD_RTOL,
+                                       msg=lambda m, n=name: f"{n}: {m}")
+    assert ranks[0]["tokens"] != ranks[1]["tokens"]
 
 
 # --- item 3: the policy gradient scores what was sampled, as it was sampled ----------------------

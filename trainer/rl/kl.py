@@ -14,7 +14,9 @@ hidden states and the head's weight and never holds more than `chunk_size` rows 
 in the forward or the backward (which recomputes each chunk's logits and applies the gradient of
 the KL with respect to the logits in closed form). `feedback_kl_loss` runs a `Transformer` on the
 student and teacher sequences of `trainer.rl.feedback` and averages the chunked KL over the target
-tokens.
+tokens. It runs the chunked KL as the model's output head (`Transformer.forward(head=...)`), so it
+holds under FSDP2 too: the output weight is gathered by FSDP2's own hooks for that forward and its
+gradient is reduce-scattered like every other; `full_logits_kl_loss` is the naive path.
 
 Shape legend: T tokens (positions), V vocabulary, D model dim, B sequences, N selected tokens,
 c the tokens of one chunk.
@@ -39,6 +41,7 @@ __all__ = [
     "chunked_token_kl",
     "feedback_kl_loss",
     "final_hidden",
+    "full_logits_kl_loss",
     "naive_token_kl",
     "padded_batch",
     "predicting_rows",
@@ -209,18 +212,11 @@ def chunked_token_kl(student_hidden_TD: Tensor, teacher_hidden_TD: Tensor, weigh
 
 
 def final_hidden(model: Transformer, tokens_BT: Tensor) -> Tensor:
-    """The normed hidden states [B, T, D] that `model.output` would turn into logits:
-    `Transformer.forward` up to `model.norm`, without the [B, T, V] logits.
-
-    It calls the submodules directly, so it suits a plain model. Under FSDP2 the root's unshard
-    hook (around `Transformer.forward`) would not run; that case is not handled yet."""
-    if tokens_BT.shape[1] > model.config.max_seq_len:
-        raise ValueError(f"sequence length {tokens_BT.shape[1]} exceeds max_seq_len {model.config.max_seq_len}")
-    h_BTD = model.tok_embeddings(tokens_BT)
-    for layer in model.layers:
-        h_BTD = layer(h_BTD, model.rope_cos, model.rope_sin)
-    normed_BTD: Tensor = model.norm(h_BTD)
-    return normed_BTD
+    """The normed hidden states [B, T, D] that `model.output` would turn into logits, without the
+    [B, T, V] logits: the model's own forward with a head that returns them, so that FSDP2's hooks
+    run as in any forward."""
+    hidden_BTD: Tensor = model(tokens_BT, head=lambda normed_BTD, _weight_VD: normed_BTD)
+    return hidden_BTD
 
 
 def padded_batch(sequences: Sequence[Tensor]) -> Tensor:
@@ -263,11 +259,27 @@ def feedback_kl_loss(model: Transformer, tokens_student: Sequence[Tensor], token
                              f"{len(tokens_teacher[i])} tokens)")
         if not torch.equal(tokens_student[i][s0:s1], tokens_teacher[i][t0:t1]):
             raise ValueError(f"sequence {i}: the student's and the teacher's target tokens differ")
-    device = model.output.weight.device
+    device = model.rope_cos.device
     with torch.no_grad():
-        teacher_hidden_BTD = final_hidden(model, padded_batch(tokens_teacher).to(device))
-    student_hidden_BTD = final_hidden(model, padded_batch(tokens_student).to(device))
-    kl_N = chunked_token_kl(predicting_rows(student_hidden_BTD, span_student),
-                            predicting_rows(teacher_hidden_BTD, span_teacher),
-                            model.output.weight, kind=kind, chunk_size=chunk_size)
+        teacher_rows_ND = predicting_rows(final_hidden(model, padded_batch(tokens_teacher).to(device)), span_teacher)
+
+    def head(student_hidden_BTD: Tensor, weight_VD: Tensor) -> Tensor:
+        # Inside the model's forward: under FSDP2 the output weight is gathered here, and only here.
+        return chunked_token_kl(predicting_rows(student_hidden_BTD, span_student), teacher_rows_ND, weight_VD,
+                                kind=kind, chunk_size=chunk_size)
+
+    kl_N: Tensor = model(padded_batch(tokens_student).to(device), head=head)
     return kl_N.mean()
+
+
+def full_logits_kl_loss(model: Transformer, tokens_student: Sequence[Tensor], tokens_teacher: Sequence[Tensor],
+                        span_student: Sequence[tuple[int, int]], span_teacher: Sequence[tuple[int, int]], *,
+                        kind: KLKind = "reverse") -> Tensor:
+    """`feedback_kl_loss` the naive way, from the model's full [B, T, V] logits: the reference the
+    tests and the benchmark compare the chunked path with."""
+    device = model.rope_cos.device
+    with torch.no_grad():
+        teacher_BTV = model(padded_batch(tokens_teacher).to(device)).float()
+    student_BTV = model(padded_batch(tokens_student).to(device)).float()
+    return naive_token_kl(predicting_rows(student_BTV, span_student), predicting_rows(teacher_BTV, span_teacher),
+                          kind=kind).mean()

@@ -12,8 +12,8 @@ the feedback KL of a batch of hinted turns (`feedback_kl`), and hear that the we
 With several processes `TrainerPolicy` samples from a full replica of the weights on each rank
 (refreshed from the FSDP2 shards after every update), while log-probs and the loss run on the
 sharded model, with the same forward passes on every rank: a rank without a hint runs the KL on
-an empty example, and the feedback KL takes the model's full logits of the hinted sequences (the
-chunked path needs the unsharded output weight, so it is the one-process path).
+an empty example. The feedback KL is the chunked one in both cases (it runs as the model's output
+head, inside the forward where FSDP2 gathers the output weight).
 """
 
 from __future__ import annotations
@@ -30,9 +30,6 @@ from trainer.rl.chat import Message, Trajectory, render_prefix
 from trainer.rl.feedback import FeedbackExample, Hint, encode_feedback
 from trainer.rl.kl import (
     feedback_kl_loss,
-    naive_token_kl,
-    padded_batch,
-    predicting_rows,
 )
 
 if TYPE_CHECKING:
@@ -219,11 +216,11 @@ class TrainerPolicy:
         return sum(e.student_span[1] - e.student_span[0] for e in examples)
 
     def feedback_kl(self, hinted: Sequence[tuple[Trajectory, Hint]], *, kind: KLKind, chunk_size: int) -> Tensor:
-        """The chunked feedback KL in one process; with shards, the full-logits one, on an empty
-        example when this rank has no hints (the other ranks' forwards need this rank's)."""
+        """The chunked feedback KL, sharded or not; with shards, on an empty example when this rank
+        has no hints (the other ranks' forwards need this rank's)."""
         examples = [encode_feedback(trajectory, hint, max_len=self.context) for trajectory, hint in hinted]
-        if self.distributed:
-            return _full_logits_kl(self.model, examples or [_empty_example()], kind)
+        if self.distributed and not examples:
+            examples = [_empty_example()]
         return feedback_kl_loss(self.model, [e.student_tokens for e in examples], [e.teacher_tokens for e in examples],
                                 [e.student_span for e in examples], [e.teacher_span for e in examples],
                                 kind=kind, chunk_size=chunk_size)
@@ -238,18 +235,6 @@ class TrainerPolicy:
 
             full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
             self.rollout_model.load_state_dict(full)
-
-
-def _full_logits_kl(model: Transformer, examples: Sequence[FeedbackExample], kind: KLKind) -> Tensor:
-    """The feedback KL from the model's own forward (full logits of the hinted sequences): the path
-    for a sharded model, whose root forward must run for its parameters to be gathered."""
-    device = model.rope_cos.device
-    with torch.no_grad():
-        teacher_BTV = model(padded_batch([e.teacher_tokens for e in examples]).to(device)).float()
-    student_BTV = model(padded_batch([e.student_tokens for e in examples]).to(device)).float()
-    rows_student = predicting_rows(student_BTV, [e.student_span for e in examples])
-    rows_teacher = predicting_rows(teacher_BTV, [e.teacher_span for e in examples])
-    return naive_token_kl(rows_student, rows_teacher, kind=kind).mean()
 
 
 def _empty_example() -> FeedbackExample:
