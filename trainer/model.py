@@ -36,6 +36,7 @@ __all__ = [
     "apply_rotary",
     "config_from_preset",
     "count_parameters",
+    "expert_outputs",
     "matrix_layouts",
     "rotary_tables",
 ]
@@ -67,6 +68,11 @@ class ModelConfig:
     """Base of the rotary frequencies."""
     norm_eps: float = 1e-5
     """Epsilon inside RMSNorm."""
+    capacity_factor: float = 0.0
+    """Expert capacity: each expert takes at most ceil(capacity_factor * pairs / n_experts) of the
+    (token, expert) pairs of one forward on one rank, the earliest tokens first; the pairs over it
+    are dropped (that expert adds nothing to the token, whose other experts and residual remain).
+    0 is dropless."""
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "n_experts", "top_k",
@@ -80,6 +86,8 @@ class ModelConfig:
         if self.head_dim % 2:
             # RoPE rotates pairs of channels.
             raise ValueError(f"dim // n_heads must be even for RoPE, got head_dim {self.head_dim}")
+        if self.capacity_factor < 0:
+            raise ValueError(f"capacity_factor must be >= 0 (0: dropless), got {self.capacity_factor}")
         if self.top_k > self.n_experts:
             raise ValueError(f"top_k ({self.top_k}) must be <= n_experts ({self.n_experts})")
         if self.rope_theta <= 0:
@@ -179,28 +187,51 @@ class GroupedExperts(nn.Module):
     def forward(self, x_ND: Tensor, tokens_per_expert: list[int]) -> Tensor:
         """`x_ND` holds the routed tokens sorted by expert: the first tokens_per_expert[0] rows go to
         expert 0, and so on."""
-        outputs = []
-        for e, x_nD in enumerate(torch.split(x_ND, tokens_per_expert)):
-            if x_nD.shape[0] == 0:
-                continue
-            hidden_nF = F.silu(x_nD @ self.w1[e].T) * (x_nD @ self.w3[e].T)
-            outputs.append(hidden_nF @ self.w2[e].T)
-        if not outputs:
-            return x_ND.new_zeros(x_ND.shape)
-        return torch.cat(outputs)
+        return expert_outputs(x_ND, tokens_per_expert, self.w1, self.w2, self.w3)
+
+
+def expert_outputs(x_ND: Tensor, tokens_per_expert: list[int], w1_EFD: Tensor, w2_EDF: Tensor,
+                   w3_EFD: Tensor) -> Tensor:
+    """SwiGLU expert e of the stacked weights on its block of `x_ND` (sorted by expert), for every e."""
+    outputs = []
+    for e, x_nD in enumerate(torch.split(x_ND, tokens_per_expert)):
+        if x_nD.shape[0] == 0:
+            continue
+        hidden_nF = F.silu(x_nD @ w1_EFD[e].T) * (x_nD @ w3_EFD[e].T)
+        outputs.append(hidden_nF @ w2_EDF[e].T)
+    if not outputs:
+        # No tokens: a zero-size result that still depends on the weights, so every rank's backward
+        # reaches them (each rank's autograd graph must hold the same parameters).
+        return x_ND.new_zeros((0, w2_EDF.shape[1])) + 0 * (w1_EFD.sum() + w2_EDF.sum() + w3_EFD.sum())
+    return torch.cat(outputs)
 
 
 class MoE(nn.Module):
-    """Top-k routing: a softmax over each token's k best router logits weighs the k experts' outputs."""
+    """Top-k routing: a softmax over each token's k best router logits weighs the k experts' outputs.
+
+    With `capacity_factor` > 0 an expert takes at most its capacity of the forward's (token, expert)
+    pairs, the earliest tokens first; `dropped` counts the pairs over it. The routing happens here,
+    on the rank's own tokens, so it is the same whether `experts` is computed in place or its
+    tokens are dispatched to the ranks that own the experts (`trainer.parallelize`).
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.n_experts = config.n_experts
         self.top_k = config.top_k
+        self.capacity_factor = config.capacity_factor
         self.router = nn.Linear(config.dim, config.n_experts, bias=False)
         self.experts = GroupedExperts(config)
         self.aux_loss: Tensor | None = None
         """Switch-style load-balancing loss of the latest forward (1.0 when the load is uniform)."""
+        self.dropped = 0
+        """(token, expert) pairs over capacity in the latest forward (0 when dropless)."""
+
+    def capacity(self, pairs: int) -> int | None:
+        """Most pairs one expert takes in a forward of `pairs` (token, expert) pairs; None: dropless."""
+        if self.capacity_factor <= 0:
+            return None
+        return math.ceil(self.capacity_factor * pairs / self.n_experts)
 
     def forward(self, x_BTD: Tensor) -> Tensor:
         B, T, D = x_BTD.shape
@@ -212,9 +243,18 @@ class MoE(nn.Module):
         # Sort the (token, expert) pairs by expert so each expert sees one contiguous block.
         flat_experts = top_experts_Nk.reshape(-1)
         order = torch.argsort(flat_experts, stable=True)
-        token_of_pair = order // self.top_k
         tokens_per_expert_E = torch.bincount(flat_experts, minlength=self.n_experts)
-        routed = self.experts(x_ND[token_of_pair], tokens_per_expert_E.tolist())
+        kept_per_expert_E = tokens_per_expert_E
+        capacity = self.capacity(flat_experts.numel())
+        if capacity is not None:
+            # A pair's place in its expert's block, in token order (the sort is stable).
+            starts_E = torch.cumsum(tokens_per_expert_E, 0) - tokens_per_expert_E
+            place = torch.arange(order.numel(), device=order.device) - starts_E[flat_experts[order]]
+            order = order[place < capacity]
+            kept_per_expert_E = tokens_per_expert_E.clamp(max=capacity)
+        self.dropped = flat_experts.numel() - order.numel()
+        token_of_pair = order // self.top_k
+        routed = self.experts(x_ND[token_of_pair], kept_per_expert_E.tolist())
         # Weigh and sum the k expert outputs of each token in float32, then return the experts' dtype
         # (bf16 under autocast, like any linear layer's output).
         weighted = routed.float() * gates_Nk.reshape(-1)[order, None]

@@ -29,26 +29,47 @@ its cp group and attends its own queries to all of them under a causal mask writ
 positions, with RoPE applied at global positions. It keeps the whole K/V of a sequence on every
 cp rank (memory O(T) per rank, not O(T/cp)) and has no ring overlap or load balancing.
 
-Expert parallelism here is expert *weight* sharding: each ep rank stores E/ep experts, and FSDP2
-all-gathers them for compute, so every rank runs all experts on its own tokens. There is no
-all-to-all token dispatch.
+Expert parallelism dispatches tokens (`expert_dispatch="all_to_all"`, the default): each ep rank
+stores and computes E/ep whole experts. The expert weights are DTensors on the expert mesh with the
+placements FSDP2 would give them, (Replicate, Shard(0)), so the optimizer and checkpoints see the
+same layout, but FSDP2 ignores them: nothing gathers them. `ExpertParallelExperts` sends each
+routed token to the rank that owns its expert with one all-to-all over "ep", runs the local
+experts, and sends the results back with a second; the backward does the same in reverse. The
+routing (top-k, capacity) happens before, on each rank's own tokens (`trainer.model.MoE`), so the
+result is the one-process result whatever the layout. Each expert's gradient then sums the
+contributions of every token routed to it from the whole ep group; a hook all-reduces it over
+"dp_replicate_e" and divides by world_size, which is the same world average FSDP2 takes of every
+other gradient.
+
+`expert_dispatch="gather"` is the earlier form, kept as the baseline of
+tests/benchmarks/bench_expert_parallel.py: the experts are FSDP2-sharded on the expert mesh and
+all-gathered for compute, so every rank runs all experts on its own tokens.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.model import Attention, Transformer, TransformerBlock, apply_rotary
+from trainer.model import (
+    Attention,
+    GroupedExperts,
+    Transformer,
+    TransformerBlock,
+    apply_rotary,
+    expert_outputs,
+)
 
 if TYPE_CHECKING:
     from trainer.parallel_dims import Meshes, ParallelDims
 
-__all__ = ["ContextParallelAttention", "all_gather_sequence", "parallelize"]
+__all__ = ["ContextParallelAttention", "ExpertParallelExperts", "all_gather_sequence", "all_to_all", "parallelize"]
+
+ExpertDispatch = Literal["all_to_all", "gather"]
 
 
 class _AllGatherSequence(torch.autograd.Function):
@@ -76,6 +97,116 @@ def all_gather_sequence(x: Tensor, group: dist.ProcessGroup, dim: int) -> Tensor
     """The full sequence from each cp rank's slice of it, differentiably."""
     gathered: Tensor = _AllGatherSequence.apply(x, group, dim)  # type: ignore[no-untyped-call]
     return gathered
+
+
+class _AllToAll(torch.autograd.Function):
+    """Rows of `x` in blocks of `send` sizes go to the ranks of `group` in order; the result holds the
+    blocks received, `recv` sizes, in rank order. The gradient goes back the same way reversed."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: Tensor, send: list[int], recv: list[int],
+                group: dist.ProcessGroup) -> Tensor:
+        ctx.send, ctx.recv, ctx.group = send, recv, group  # type: ignore[attr-defined]
+        out = x.new_empty((sum(recv), *x.shape[1:]))
+        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad_out: Tensor) -> tuple[Tensor, None, None, None]:
+        send, recv, group = ctx.send, ctx.recv, ctx.group  # type: ignore[attr-defined]
+        grad_x = grad_out.new_empty((sum(send), *grad_out.shape[1:]))
+        dist.all_to_all_single(grad_x, grad_out.contiguous(), output_split_sizes=send, input_split_sizes=recv,
+                               group=group)
+        return grad_x, None, None, None
+
+
+def all_to_all(x: Tensor, send: list[int], recv: list[int], group: dist.ProcessGroup) -> Tensor:
+    """Differentiable all-to-all of row blocks (see `_AllToAll`)."""
+    moved: Tensor = _AllToAll.apply(x, send, recv, group)  # type: ignore[no-untyped-call]
+    return moved
+
+
+class ExpertParallelExperts(nn.Module):
+    """`trainer.model.GroupedExperts` with its experts spread over the ep group: rank r owns experts
+    [r*L, (r+1)*L), L = E / ep, and computes them for the tokens every ep rank routed to them.
+
+    The parameters are the same (`w1`, `w2`, `w3`, under the same names), as DTensors sharded on
+    their expert dimension over "ep"; the forward uses each one's local block. `bytes_moved`
+    counts the bytes of tokens this rank sent to other ranks, forward only (the backward sends as
+    many gradients)."""
+
+    def __init__(self, experts: GroupedExperts, *, group: dist.ProcessGroup, replicas: dist.ProcessGroup | None,
+                 world_size: int) -> None:
+        super().__init__()
+        self.w1, self.w2, self.w3 = experts.w1, experts.w2, experts.w3
+        self.group = group
+        self.replicas = replicas
+        """The expert replicas ("dp_replicate_e"), None when there is one."""
+        self.world_size = world_size
+        self.bytes_moved = 0
+
+    def _reduce(self, grad: Tensor) -> Tensor:
+        """A local expert block's gradient, summed over the expert replicas and divided by
+        world_size: the average FSDP2 takes of every other gradient. On each backward's own
+        contribution (a hook on the local view, not on the parameter), so accumulation stays linear."""
+        grad = grad.contiguous()
+        if self.replicas is not None:
+            dist.all_reduce(grad, group=self.replicas)
+        return grad / self.world_size
+
+    def _local(self, weight: Tensor) -> Tensor:
+        from torch.distributed.tensor import DTensor
+
+        local = weight.to_local() if isinstance(weight, DTensor) else weight
+        if local.requires_grad:
+            local.register_hook(self._reduce)
+        return local
+
+    def forward(self, x_ND: Tensor, tokens_per_expert: list[int]) -> Tensor:
+        """Same contract as `GroupedExperts.forward`: `x_ND` sorted by expert, outputs in that order."""
+        ep = dist.get_world_size(self.group)
+        me = dist.get_rank(self.group)
+        E = len(tokens_per_expert)
+        L = E // ep
+        # How many tokens each rank sends each of this rank's experts: [ep, L], row = source rank.
+        counts_E = torch.tensor(tokens_per_expert, dtype=torch.long)
+        received_E = torch.empty_like(counts_E)
+        dist.all_to_all_single(received_E, counts_E, group=self.group)
+        from_rank_L = received_E.view(ep, L)
+        send = counts_E.view(ep, L).sum(1).tolist()
+        recv = from_rank_L.sum(1).tolist()
+        self.bytes_moved += (sum(send) - send[me]) * x_ND.shape[1] * x_ND.element_size()
+        arrived = all_to_all(x_ND, send, recv, self.group)  # by source rank, then by local expert
+        # Regroup by local expert (every source's tokens for expert 0 first, ...), compute, undo.
+        starts = (torch.cumsum(from_rank_L.reshape(-1), 0) - from_rank_L.reshape(-1)).view(ep, L).tolist()
+        counts = from_rank_L.tolist()
+        index = torch.cat([torch.arange(starts[s][e], starts[s][e] + counts[s][e]) for e in range(L) for s in range(ep)]
+                          or [torch.zeros(0, dtype=torch.long)]).to(x_ND.device)
+        w1, w2, w3 = (self._local(w).to(x_ND.dtype) for w in (self.w1, self.w2, self.w3))
+        out = expert_outputs(arrived[index], from_rank_L.sum(0).tolist(), w1, w2, w3)
+        back = torch.zeros_like(out).index_copy(0, index, out)
+        return all_to_all(back, recv, send, self.group)
+
+
+def _expert_parallel(model: Transformer, meshes: Meshes, world_size: int) -> set[nn.Parameter]:
+    """Swap every block's experts for `ExpertParallelExperts` over the expert mesh; returns the
+    expert parameters, which FSDP2 must ignore."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = meshes.expert
+    ep_group = mesh.get_group("ep")
+    replicas = mesh.get_group("dp_replicate_e") if mesh.size(0) > 1 else None
+    ignored: set[nn.Parameter] = set()
+    for block in _blocks(model):
+        experts = cast(GroupedExperts, block.moe.experts)
+        for name in ("w1", "w2", "w3"):
+            weight = getattr(experts, name)
+            param = nn.Parameter(distribute_tensor(weight.data, mesh, [Replicate(), Shard(0)], src_data_rank=None))
+            setattr(experts, name, param)
+            ignored.add(param)
+        block.moe.experts = ExpertParallelExperts(  # type: ignore[assignment]
+            experts, group=ep_group, replicas=replicas, world_size=world_size)
+    return ignored
 
 
 class ContextParallelAttention(nn.Module):
@@ -131,17 +262,22 @@ def parallelize(
     meshes: Meshes,
     *,
     param_dtype: torch.dtype | None = None,
+    expert_dispatch: ExpertDispatch = "all_to_all",
 ) -> Transformer:
-    """Apply context parallelism (cp > 1) and dual-mesh FSDP2 to `model` in place; returns it.
+    """Apply context parallelism (cp > 1), expert parallelism and dual-mesh FSDP2 to `model` in
+    place; returns it.
 
     `param_dtype` is the compute dtype of unsharded parameters (bf16 on GPU); gradients are
-    reduced in float32 and the sharded parameters stay in their own dtype.
+    reduced in float32 and the sharded parameters stay in their own dtype. `expert_dispatch` picks
+    how experts meet their tokens (module docstring).
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     n_experts = model.config.n_experts
     if n_experts % dims.ep:
         raise ValueError(f"ep ({dims.ep}) must divide the model's n_experts ({n_experts})")
+    if expert_dispatch not in ("all_to_all", "gather"):
+        raise ValueError(f"expert_dispatch must be all_to_all or gather, got {expert_dispatch!r}")
     if dims.cp > 1:
         cp_group = meshes.batch.get_group("cp")
         for block in _blocks(model):
@@ -151,11 +287,13 @@ def parallelize(
     # which would round the angles of far positions. Activations take the weights' dtype anyway.
     mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32,
                                      cast_forward_inputs=False)
+    ignored = _expert_parallel(model, meshes, dims.world_size) if expert_dispatch == "all_to_all" else set()
     for block in _blocks(model):
-        fully_shard(block.moe.experts, mesh=meshes.expert, mp_policy=mp_policy)
-        fully_shard(block, mesh=meshes.dense, mp_policy=mp_policy)
+        if expert_dispatch == "gather":
+            fully_shard(block.moe.experts, mesh=meshes.expert, mp_policy=mp_policy)
+        fully_shard(block, mesh=meshes.dense, mp_policy=mp_policy, ignored_params=ignored or None)
     # The head's all-gather is the last of the forward, so it gains nothing from resharding early.
     fully_shard([model.norm, model.output], mesh=meshes.dense, mp_policy=mp_policy,
                 reshard_after_forward=False)
-    fully_shard(model, mesh=meshes.dense, mp_policy=mp_policy)
+    fully_shard(model, mesh=meshes.dense, mp_policy=mp_policy, ignored_params=ignored or None)
     return model
