@@ -200,9 +200,10 @@ def expert_outputs(x_ND: Tensor, tokens_per_expert: list[int], w1_EFD: Tensor, w
         hidden_nF = F.silu(x_nD @ w1_EFD[e].T) * (x_nD @ w3_EFD[e].T)
         outputs.append(hidden_nF @ w2_EDF[e].T)
     if not outputs:
-        # No tokens: a zero-size result that still depends on the weights, so every rank's backward
-        # reaches them (each rank's autograd graph must hold the same parameters).
-        return x_ND.new_zeros((0, w2_EDF.shape[1])) + 0 * (w1_EFD.sum() + w2_EDF.sum() + w3_EFD.sum())
+        # No tokens: a zero-size result that still depends on the input and the weights, so that every
+        # rank's backward runs the same nodes (under expert parallelism, the all-to-all that brought
+        # the empty input: a rank that skipped it would leave its peers waiting).
+        return x_ND * 0 + 0 * (w1_EFD.sum() + w2_EDF.sum() + w3_EFD.sum())
     return torch.cat(outputs)
 
 

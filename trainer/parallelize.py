@@ -67,7 +67,8 @@ from trainer.model import (
 if TYPE_CHECKING:
     from trainer.parallel_dims import Meshes, ParallelDims
 
-__all__ = ["ContextParallelAttention", "ExpertParallelExperts", "all_gather_sequence", "all_to_all", "parallelize"]
+__all__ = ["ContextParallelAttention", "ExpertParallelExperts", "all_gather_sequence", "all_to_all", "parallelize",
+           "shard_hf_model"]
 
 ExpertDispatch = Literal["all_to_all", "gather"]
 
@@ -296,4 +297,24 @@ def parallelize(
     fully_shard([model.norm, model.output], mesh=meshes.dense, mp_policy=mp_policy,
                 reshard_after_forward=False)
     fully_shard(model, mesh=meshes.dense, mp_policy=mp_policy, ignored_params=ignored or None)
+    return model
+
+
+def shard_hf_model(model: nn.Module, dims: ParallelDims, meshes: Meshes) -> nn.Module:
+    """FSDP2 over a Hugging Face causal LM, in place: each decoder layer on its own, then the root
+    (embeddings, final norm and lm head, tied or not), all on the dense mesh. Parameters become
+    Shard(0) DTensors, stacked experts along their expert dimension, which is what the sharded Muon
+    and `trainer.optim.hf_muon`'s layouts expect. Context and expert parallelism need the trainer's
+    own model: cp and ep must be 1."""
+    from torch.distributed.fsdp import fully_shard
+
+    if dims.cp != 1 or dims.ep != 1:
+        raise ValueError(f"a Hugging Face policy is sharded with FSDP2 only; cp ({dims.cp}) and ep ({dims.ep}) must be 1")
+    decoder = model.get_decoder()  # type: ignore[operator]
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or not len(layers):
+        raise ValueError(f"{type(model).__name__}: no decoder layers (get_decoder().layers) to shard")
+    for layer in layers:
+        fully_shard(layer, mesh=meshes.dense)
+    fully_shard(model, mesh=meshes.dense)
     return model

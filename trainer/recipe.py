@@ -170,9 +170,9 @@ class Recipe:
             raise ValueError("mode pretrain needs a [data] section")
         if self.mode == "rl" and self.parallel.cp != 1:
             raise ValueError("mode rl does not split sequences: parallel.cp must be 1")
-        if self.rl is not None and self.rl.policy.kind == "hf" and self.parallel.world_size != 1:
-            raise ValueError(f"rl.policy.kind hf trains in one process: the world size (launch.nnodes * "
-                             f"launch.nproc_per_node) must be 1, got {self.parallel.world_size}")
+        if self.rl is not None and self.rl.policy.kind == "hf" and self.parallel.ep != 1:
+            raise ValueError(f"rl.policy.kind hf is sharded with FSDP2 only (its experts are not dispatched): "
+                             f"parallel.ep must be 1, got {self.parallel.ep}")
         if self.rl is not None and self.rl.tasks_per_step % self.parallel.world_size:
             raise ValueError(f"rl.tasks_per_step ({self.rl.tasks_per_step}) must divide by the world size "
                              f"({self.parallel.world_size})")

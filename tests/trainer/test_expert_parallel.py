@@ -130,3 +130,53 @@ def test_capacity_drops_the_latest_pairs_of_an_expert_over_it() -> None:
     torch.testing.assert_close(out, expected.to(out.dtype), atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="capacity_factor"):
         config_from_preset("tiny", capacity_factor=-1.0)
+
+
+def _idle_owner(rank: int, world: int) -> dict[str, Any]:
+    """Every rank routes its tokens to rank 0's experts only: rank 1's experts get none."""
+    from trainer.model import GroupedExperts, expert_outputs
+    from trainer.parallelize import ExpertParallelExperts
+
+    config = config_from_preset("tiny", n_experts=4)
+    full = GroupedExperts(config)
+    torch.manual_seed(0)
+    for p in full.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    local = GroupedExperts(config_from_preset("tiny", n_experts=2))
+    for name in ("w1", "w2", "w3"):
+        getattr(local, name).data.copy_(getattr(full, name).data[2 * rank:2 * rank + 2])
+    import torch.distributed as dist
+
+    experts = ExpertParallelExperts(local, group=dist.group.WORLD, replicas=None, world_size=world)
+    generator = torch.Generator().manual_seed(rank)
+    x = torch.randn(7, config.dim, generator=generator, requires_grad=True)
+    counts = [3, 4, 0, 0]
+    probe = torch.randn(7, config.dim, generator=generator)
+    out = experts(x, counts)
+    (out * probe).sum().backward()
+    expected = expert_outputs(x.detach(), counts, full.w1, full.w2, full.w3)
+    return {"out": out.detach(), "expected": expected.detach(), "x_grad": x.grad, "x": x.detach(), "probe": probe,
+            "w1_grad": local.w1.grad.clone()}
+
+
+def test_a_rank_whose_experts_get_no_tokens_still_runs_the_backward() -> None:
+    """Its backward must run the same all-to-alls as its peers' (a rank that skipped the one that
+    brought it nothing would leave them waiting: the hang this guards against)."""
+    from trainer.model import GroupedExperts, expert_outputs
+
+    ranks = run_gloo(2, _idle_owner)
+    config = config_from_preset("tiny", n_experts=4)
+    full = GroupedExperts(config)
+    torch.manual_seed(0)
+    for p in full.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    for r in ranks:
+        torch.testing.assert_close(r["out"], r["expected"], atol=1e-6, rtol=1e-5)
+        x = r["x"].clone().requires_grad_()
+        (expert_outputs(x, [3, 4, 0, 0], full.w1, full.w2, full.w3) * r["probe"]).sum().backward()
+        torch.testing.assert_close(r["x_grad"], x.grad, atol=1e-6, rtol=1e-5)
+    full.zero_grad()
+    for r in ranks:  # the one-process gradient of the world-average loss
+        (expert_outputs(r["x"], [3, 4, 0, 0], full.w1, full.w2, full.w3) * r["probe"]).sum().div(2).backward()
+    torch.testing.assert_close(ranks[0]["w1_grad"], full.w1.grad[:2], atol=1e-6, rtol=1e-5)
+    assert torch.count_nonzero(ranks[1]["w1_grad"]) == 0  # no tokens, a zero gradient (not none)

@@ -443,10 +443,14 @@ def test_a_policy_loads_from_a_saved_folder_or_a_config(tokenizer: Any, tmp_path
     with pytest.raises(ValueError, match="not a folder"):
         load_hf_policy(PolicyConfig(kind="hf", model_dir=str(tmp_path / "nothing")), GeneratorConfig(), seed=0,
                        device=CPU)
-    with pytest.raises(ValueError, match="one process"):
+    # Several processes shard it with FSDP2 (tests/trainer/test_hf_parallel.py); its experts are not dispatched.
+    load_recipe(ROOT / "recipes/train/tiny-rl-cpu.toml",
+                ['rl.policy.kind="hf"', f'rl.policy.model_dir="{tmp_path / "model"}"', "launch.nproc_per_node=2",
+                 "parallel.dp_shard=2"])
+    with pytest.raises(ValueError, match="parallel.ep must be 1"):
         load_recipe(ROOT / "recipes/train/tiny-rl-cpu.toml",
                     ['rl.policy.kind="hf"', f'rl.policy.model_dir="{tmp_path / "model"}"', "launch.nproc_per_node=2",
-                     "parallel.dp_shard=2"])
+                     "parallel.dp_shard=2", "parallel.ep=2"])
 
 
 # -- an RL step ----------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ naming):
 
 The routing (`HF_ROUTING`) sends the embeddings, the lm head, the routers (``mlp.gate``,
 ``shared_expert_gate``), norms and biases to AdamW, the matrices above to Muon, and any other
-parameter to AdamW. The head counts come from the config (`num_attention_heads`,
+parameter to AdamW. Under FSDP2 (several processes) the same layouts drive the sharded Muon. The head counts come from the config (`num_attention_heads`,
 `num_key_value_heads`, `head_dim` or hidden_size / heads), and every layout is checked against its
 parameter's shape. A model with other names (a fused ``qkv_proj``, say) needs its own rules and
 layouts: its matrices would otherwise go to AdamW.
@@ -73,9 +73,9 @@ class StackedHalves:
     """A stack [E, 2a, b] of E matrices that each fuse two [a, b] matrices (gate rows, then up
     rows): 2E units, in the order (expert 0 gate, expert 0 up, expert 1 gate, ...).
 
-    It has the three methods of `trainer.model.MatrixLayout` that `MuonWithAdamW` calls
-    (`unit_shape`, `split`, `merge`); the sharded Muon's shard methods are not needed, since a
-    Hugging Face policy trains in one process."""
+    It has the methods of `trainer.model.MatrixLayout` that `MuonWithAdamW` calls (`unit_shape`,
+    `split`, `merge`) and those `trainer.optim.sharded_muon` calls on FSDP2 shards (`shard_rows`,
+    `shard_pieces`: a Shard(0) shard holds whole experts, so both halves of each)."""
 
     experts: int
     """E, the stack's first dimension."""
@@ -98,6 +98,17 @@ class StackedHalves:
         if tuple(batch.shape) != (self.units, a, b):
             raise ValueError(f"batch shape {tuple(batch.shape)} != {(self.units, a, b)}")
         return batch.reshape(like.shape)
+
+    def shard_rows(self, start: int, stop: int, full_shape: tuple[int, ...] | torch.Size) -> list[tuple[int, int, int]]:
+        """Experts [start, stop) of the stack: (unit, 0, a) for both halves of each."""
+        a, _ = self.unit_shape(full_shape)
+        return [(2 * e + half, 0, a) for e in range(start, stop) for half in (0, 1)]
+
+    def shard_pieces(self, local: Tensor, start: int, full_shape: tuple[int, ...] | torch.Size) -> list[tuple[int, int, Tensor]]:
+        """`shard_rows` with views into `local` (experts [start, start + len))."""
+        a, _ = self.unit_shape(full_shape)
+        return [(2 * e + half, 0, local[e - start, half * a:(half + 1) * a])
+                for e in range(start, start + local.shape[0]) for half in (0, 1)]
 
 
 def _head_counts(config: Any) -> tuple[int, int, int]:
@@ -152,9 +163,16 @@ def build_hf_muon_adamw(
     return MuonWithAdamW(model.named_parameters(), layouts=layouts, muon=muon, adamw=adamw, routing=routing)
 
 
-def build_hf_optimizer(config: OptimizerConfig, model: nn.Module) -> MuonWithAdamW:
-    """`trainer.runtime.build_optimizer` for a Hugging Face model in one process: Muon + AdamW with
-    `HF_ROUTING`, or AdamW alone."""
+def build_hf_optimizer(config: OptimizerConfig, model: nn.Module, *, distributed: bool = False) -> MuonWithAdamW:
+    """`trainer.runtime.build_optimizer` for a Hugging Face model: Muon + AdamW with `HF_ROUTING`,
+    or AdamW alone; with `distributed`, the sharded Muon over the model's FSDP2 shards
+    (`trainer.parallelize.shard_hf_model`), which orthogonalizes each head and expert once."""
     if config.name == "adamw":
         return MuonWithAdamW(model.named_parameters(), layouts={}, adamw=config.adamw, routing=ADAMW_ONLY_ROUTING)
+    if distributed:
+        from trainer.optim.sharded_muon import ShardedMuonWithAdamW
+
+        layouts = cast(Mapping[str, MatrixLayout], hf_matrix_layouts(model))
+        return ShardedMuonWithAdamW(model.named_parameters(), layouts=layouts, muon=config.muon, adamw=config.adamw,
+                                    routing=HF_ROUTING)
     return build_hf_muon_adamw(model, muon=config.muon, adamw=config.adamw)

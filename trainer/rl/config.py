@@ -43,7 +43,7 @@ class PolicyConfig:
     """``[rl.policy]``: the model being trained."""
 
     kind: str = "trainer"
-    """trainer (the recipe's [model], byte tokenizer) or hf (a Hugging Face causal LM, one process;
+    """trainer (the recipe's [model], byte tokenizer) or hf (a Hugging Face causal LM, FSDP2 with several processes;
     [model] is then unused)."""
     model_dir: str = ""
     """kind hf: a local folder holding a saved model and its tokenizer (``save_pretrained``)."""

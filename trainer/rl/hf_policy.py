@@ -64,6 +64,7 @@ from trainer.rl.policy import TokenSequence
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from trainer.parallel_dims import Meshes, ParallelDims
     from trainer.rl.config import GeneratorConfig, PolicyConfig
     from trainer.rl.kl import KLKind
 
@@ -102,8 +103,10 @@ def _token_ids(value: int | list[int] | None) -> list[int]:
 class HFPolicy:
     """A `transformers` causal LM and its tokenizer as the RL policy (see the module docstring).
 
-    The model trains in place: `model` is both the sampler and the trained weights. ``context``
-    is `max_seq_len`, or the config's ``max_position_embeddings``.
+    In one process the model trains in place: `model` is both the sampler and the trained weights.
+    With several processes `model` is FSDP2-sharded (`trainer.parallelize.shard_hf_model`) and
+    `rollout_model`, a full replica on each rank, samples; `after_update` refreshes it from the
+    shards. ``context`` is `max_seq_len`, or the config's ``max_position_embeddings``.
     """
 
     def __init__(
@@ -116,13 +119,18 @@ class HFPolicy:
         device: torch.device,
         max_seq_len: int | None = None,
         kl_path: Literal["auto", "chunked", "naive"] = "auto",
+        rollout_model: PreTrainedModel | None = None,
     ) -> None:
         from transformers import GenerationConfig
 
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has no EOS token; a feedback target ends with one")
-        model.to(device)  # type: ignore[arg-type]
+        self.distributed = rollout_model is not None
+        if not self.distributed:
+            model.to(device)  # type: ignore[arg-type]
         self.model = model
+        self.rollout_model: PreTrainedModel = rollout_model if rollout_model is not None else model
+        self.rollout_model.to(device)  # type: ignore[arg-type]
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
@@ -133,12 +141,12 @@ class HFPolicy:
                              f"before {max_new_tokens} new tokens")
         self.bos: list[int] = _token_ids(tokenizer.bos_token_id)
         self.eos_id: int = tokenizer.eos_token_id
-        stop_ids = sorted({self.eos_id, *_token_ids(model.generation_config.eos_token_id)})
+        stop_ids = sorted({self.eos_id, *_token_ids(self.rollout_model.generation_config.eos_token_id)})
         pad_id = self.eos_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
         self.pad_id: int = pad_id
         # generate() fills every sampling option left unset from the model's generation config, so
         # that config is replaced by one that sets none (no top-k, top-p, penalties, ...).
-        model.generation_config = GenerationConfig(  # type: ignore[no-untyped-call]
+        self.rollout_model.generation_config = GenerationConfig(  # type: ignore[no-untyped-call]
             bos_token_id=tokenizer.bos_token_id, eos_token_id=stop_ids, pad_token_id=pad_id)
         self.generation_config = GenerationConfig(  # type: ignore[no-untyped-call]
             do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
@@ -217,23 +225,33 @@ class HFPolicy:
         ids = self.encode_prefix(messages)
         seed = int(torch.randint(2**62, (1,), generator=generator))
         prompt_1T = torch.tensor([ids], device=self.device)
-        was_training = self.model.training
-        self.model.eval()  # type: ignore[no-untyped-call]
+        sampler = self.rollout_model
+        was_training = sampler.training
+        sampler.eval()  # type: ignore[no-untyped-call]
         # generate() draws from the global RNG; a fork seeded from `generator` keeps runs reproducible
         # without disturbing the caller's RNG.
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         try:
             with torch.random.fork_rng(devices=devices):
                 torch.manual_seed(seed)
-                out_1T = self.model.generate(prompt_1T, attention_mask=torch.ones_like(prompt_1T),  # type: ignore[operator]
-                                             generation_config=self.generation_config, tokenizer=self.tokenizer)
+                out_1T = sampler.generate(prompt_1T, attention_mask=torch.ones_like(prompt_1T),  # type: ignore[operator]
+                                          generation_config=self.generation_config, tokenizer=self.tokenizer)
         finally:
-            self.model.train(was_training)
+            sampler.train(was_training)
         text = self.tokenizer.decode(out_1T[0, len(ids):].tolist(), skip_special_tokens=True)
         return message_text(cast(str, text))
 
     def after_update(self) -> None:
-        """Nothing to do: the sampler is the trained model itself."""
+        """With shards, refresh the sampling replica from them; in one process the sampler is the
+        trained model itself."""
+        if self.distributed:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
+            self.rollout_model.load_state_dict(full)
 
     # -- scores and the loss -----------------------------------------------------------------------
 
@@ -255,9 +273,24 @@ class HFPolicy:
         return ids_BT.to(self.device), mask_BT.to(self.device)
 
     def _final_hidden(self, ids_BT: Tensor, mask_BT: Tensor) -> Tensor:
-        """The decoder's last hidden state [B, T, D], after its final norm: what lm_head reads."""
-        hidden_BTD: Tensor = self.model.get_decoder()(input_ids=ids_BT, attention_mask=mask_BT).last_hidden_state  # type: ignore[no-untyped-call]
+        """The decoder's last hidden state [B, T, D], after its final norm: what lm_head reads (of the
+        unsharded replica: the decoder is called alone, outside any FSDP2 forward)."""
+        decoder = self.rollout_model.get_decoder()  # type: ignore[no-untyped-call]
+        hidden_BTD: Tensor = decoder(input_ids=ids_BT, attention_mask=mask_BT).last_hidden_state
         return hidden_BTD
+
+    def _with_head(self, ids_BT: Tensor, mask_BT: Tensor, head: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
+        """``head(last hidden state, lm_head weight)`` computed inside the model's own forward, in
+        place of the logits: under FSDP2 the head's weight is gathered there and its gradient is
+        reduce-scattered like any other (`kl_path` chunked has checked that the logits are exactly
+        lm_head(last hidden state), so nothing after the head is skipped)."""
+        lm_head = self.model.get_output_embeddings()  # type: ignore[no-untyped-call]
+        lm_head.forward = lambda hidden: head(hidden, lm_head.weight)
+        try:
+            out: Tensor = self.model(input_ids=ids_BT, attention_mask=mask_BT).logits
+        finally:
+            del lm_head.forward
+        return out
 
     @torch.no_grad()
     def _logits_are_head_of_hidden(self) -> bool:
@@ -265,15 +298,17 @@ class HFPolicy:
         head's weight scaled for the check so that the largest logit is about 50: a nonlinear
         transform of the logits (a softcap) is then far from the identity, and a constant factor
         (a logit scale) is visible at any size."""
-        head = self.model.get_output_embeddings()  # type: ignore[no-untyped-call]
+        # On the replica when there are shards: the same architecture, unsharded weights.
+        model = self.rollout_model
+        head = model.get_output_embeddings()  # type: ignore[no-untyped-call]
         if not isinstance(head, torch.nn.Linear) or head.bias is not None:
             return False
-        ids_BT = (torch.arange(8) % self.model.config.vocab_size)[None].to(self.device)
+        ids_BT = (torch.arange(8) % model.config.vocab_size)[None].to(self.device)
         mask_BT = torch.ones_like(ids_BT)
         saved_VD = head.weight.detach().clone()
         try:
             head.weight.mul_(50.0 / (float(head(self._final_hidden(ids_BT, mask_BT)).abs().max()) + 1e-12))
-            logits_BTV = self.model(input_ids=ids_BT, attention_mask=mask_BT).logits
+            logits_BTV = model(input_ids=ids_BT, attention_mask=mask_BT).logits
             from_hidden_BTV = head(self._final_hidden(ids_BT, mask_BT))
         finally:
             head.weight.copy_(saved_VD)
@@ -286,21 +321,30 @@ class HFPolicy:
 
     def feedback_kl(self, hinted: Sequence[tuple[Trajectory, Hint]], *, kind: KLKind, chunk_size: int) -> Tensor:
         """`trainer.rl.kl.feedback_kl_loss` for this model: the teacher (hinted prompt) under no_grad,
-        the student with gradients, the divergence averaged over the target tokens."""
-        if not hinted:
-            raise ValueError("feedback_kl needs at least one hinted turn")
+        the student with gradients, the divergence averaged over the target tokens. With shards, a
+        rank without hints runs an example whose KL is 0 (the other ranks' forwards need its)."""
         examples = [self.encode_feedback(trajectory, hint) for trajectory, hint in hinted]
+        if not examples:
+            if not self.distributed:
+                raise ValueError("feedback_kl needs at least one hinted turn")
+            tokens = torch.tensor([*self.bos, *self.encode_text("{}"), self.eos_id])
+            span = (len(tokens) - 2, len(tokens))
+            examples = [FeedbackExample(hint=Hint(turn=0, text="", detector="none"), student_tokens=tokens,
+                                        teacher_tokens=tokens, student_span=span, teacher_span=span)]
         student = self._batch([e.student_tokens for e in examples])
         teacher = self._batch([e.teacher_tokens for e in examples])
         student_spans = [e.student_span for e in examples]
         teacher_spans = [e.teacher_span for e in examples]
         if self.kl_path == "chunked":
             with torch.no_grad():
-                teacher_hidden_BTD = self._final_hidden(*teacher)
-            student_hidden_BTD = self._final_hidden(*student)
-            kl_N = chunked_token_kl(predicting_rows(student_hidden_BTD, student_spans),
-                                    predicting_rows(teacher_hidden_BTD, teacher_spans),
-                                    self.model.get_output_embeddings().weight, kind=kind, chunk_size=chunk_size)  # type: ignore[no-untyped-call]
+                teacher_rows_ND = predicting_rows(self._with_head(*teacher, lambda hidden, _weight: hidden),
+                                                  teacher_spans)
+
+            def head(hidden_BTD: Tensor, weight_VD: Tensor) -> Tensor:
+                return chunked_token_kl(predicting_rows(hidden_BTD, student_spans), teacher_rows_ND, weight_VD,
+                                        kind=kind, chunk_size=chunk_size)
+
+            kl_N = self._with_head(*student, head)
         else:
             with torch.no_grad():
                 teacher_logits_BTV = self.model(input_ids=teacher[0], attention_mask=teacher[1]).logits
@@ -377,7 +421,7 @@ class OpenAIPolicy(HFPolicy):
 
     def after_update(self) -> None:
         if self.sync_weights is not None:
-            self.sync_weights(self.model)
+            self.sync_weights(self.rollout_model)
 
     def _post(self, path: str, payload: dict[str, Any]) -> Any:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -412,10 +456,12 @@ def _resolve_hook(dotted: str) -> Callable[[PreTrainedModel], None]:
     return hook
 
 
-def load_hf_policy(policy: PolicyConfig, generator: GeneratorConfig, *, seed: int, device: torch.device) -> HFPolicy:
+def load_hf_policy(policy: PolicyConfig, generator: GeneratorConfig, *, seed: int, device: torch.device,
+                   dims: ParallelDims | None = None, meshes: Meshes | None = None) -> HFPolicy:
     """The Hugging Face policy of ``[rl.policy]`` (``kind = "hf"``) sampling as ``[rl.generator]``
     says: the model from ``model_dir`` (float32 master weights) or, at random from ``seed``, from
-    ``model_config``; the tokenizer from ``tokenizer_dir`` or ``model_dir``; local files only."""
+    ``model_config``; the tokenizer from ``tokenizer_dir`` or ``model_dir``; local files only. With
+    `meshes` (several processes) the model is FSDP2-sharded and a full replica samples."""
     import os
 
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -435,6 +481,14 @@ def load_hf_policy(policy: PolicyConfig, generator: GeneratorConfig, *, seed: in
             model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)  # type: ignore[no-untyped-call]
     common: dict[str, Any] = {"max_new_tokens": generator.max_new_tokens, "temperature": generator.temperature,
                               "device": device}
+    if meshes is not None and dims is not None:
+        import copy
+
+        from trainer.parallelize import shard_hf_model
+
+        model.to(device)
+        common["rollout_model"] = copy.deepcopy(model)
+        shard_hf_model(model, dims, meshes)
     if generator.kind == "local":
         return HFPolicy(model, tokenizer, **common)
     return OpenAIPolicy(model, tokenizer, base_url=generator.url, served_model=generator.model,

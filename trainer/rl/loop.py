@@ -26,7 +26,7 @@ record and metrics, as pretraining does) and then reads, step by step:
 The policy (``[rl.policy]``, behind ``trainer.rl.policy.RLPolicy``) is the trainer's own model with
 the byte tokenizer (``kind = "trainer"``: the model config's heads and experts are what Muon's
 per-head and per-expert grouping reads), or a Hugging Face causal LM with its tokenizer (``"hf"``,
-one process: ``trainer.rl.hf_policy``, with Muon's grouping read from the Hugging Face config by
+FSDP2-sharded over several processes: ``trainer.rl.hf_policy``, with Muon's grouping read from the Hugging Face config by
 ``trainer.optim.hf_muon``), which samples through ``model.generate`` or, with ``[rl.generator]
 kind = "openai"``, through an OpenAI-compatible completions server.
 
@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Self
 import torch
 import torch.distributed as dist
 
+from taskforge import read_tasks
 from trainer.checkpoint import Checkpointer, TrainerState
 from trainer.rl.curriculum import Curriculum
 from trainer.rl.env import CodingEnv
@@ -70,8 +71,6 @@ from trainer.runtime import (
     seed_rank_rng,
     set_learning_rate,
 )
-
-from taskforge import read_tasks
 
 if TYPE_CHECKING:
     from taskforge import RewardClient, Scorer, Task
@@ -174,8 +173,11 @@ def build_policy(recipe: Recipe, runtime: Runtime) -> tuple[RLPolicy, torch.nn.M
         from trainer.optim.hf_muon import build_hf_optimizer
         from trainer.rl.hf_policy import load_hf_policy
 
-        hf_policy = load_hf_policy(config.policy, config.generator, seed=recipe.seed, device=device)
-        optimizer = build_hf_optimizer(recipe.optimizer, hf_policy.model)
+        dims = recipe.parallel
+        hf_policy = load_hf_policy(config.policy, config.generator, seed=recipe.seed, device=device,
+                                   dims=dims if distributed else None,
+                                   meshes=dims.build_meshes(device.type) if distributed else None)
+        optimizer = build_hf_optimizer(recipe.optimizer, hf_policy.model, distributed=distributed)
         seed_rank_rng(recipe.seed, runtime.rank)
         return hf_policy, hf_policy.model, optimizer
     dims = recipe.parallel
