@@ -200,13 +200,23 @@ def _same_code(a: Any, b: Any) -> bool:
         return False
     if len(a.co_consts) != len(b.co_consts):
         return False
-    for x, y in zip(a.co_consts, b.co_consts):
-        if hasattr(x, "co_code") and hasattr(y, "co_code"):
-            if not _same_code(x, y):
-                return False
-        elif type(x) is not type(y) or repr(x) != repr(y):
-            return False
-    return True
+    return all(_same_const(x, y) for x, y in zip(a.co_consts, b.co_consts))
+
+
+def _same_const(x: Any, y: Any) -> bool:
+    """Constants compared by type and repr (so 0.0 is not -0.0, nor 1 True), code recursively, and a
+    frozenset (a set display's constant) by its elements: its iteration order, and so its repr,
+    depends on the hash seed and insertion order of the process that built it, and a module loaded
+    from a .pyc written by another interpreter holds the other's order."""
+    if hasattr(x, "co_code") and hasattr(y, "co_code"):
+        return _same_code(x, y)
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, frozenset):
+        return sorted((type(e).__name__, repr(e)) for e in x) == sorted((type(e).__name__, repr(e)) for e in y)
+    if isinstance(x, tuple):
+        return len(x) == len(y) and all(_same_const(p, q) for p, q in zip(x, y))
+    return repr(x) == repr(y)
 
 
 def _trusted_code(path: str, data: bytes, rewritten: bool, config: pytest.Config) -> dict[tuple[str, int], Any]:

@@ -162,3 +162,26 @@ def test_a_test_file_that_differs_from_the_one_the_scorer_wrote(tmp_path: Path) 
 def test_a_test_inherited_from_a_module_the_scorer_did_not_name(tmp_path: Path) -> None:
     findings = _run(tmp_path, mixins_known=False)
     assert any("test_from_a_mixin does not run the code of its file" in f for f in findings), findings
+
+
+def test_set_display_constants_compare_by_their_elements_not_their_order() -> None:
+    """A module pytest loaded from a .pyc that another interpreter wrote holds that interpreter's
+    order of a set display's frozenset constant; compiled here, the same set may iterate in another
+    order (colliding hashes, other insertion order). That is the same code, not a swapped test."""
+    from taskforge.guest.guard import _same_code
+
+    # Two strings whose hashes collide in a small set table: their order follows insertion.
+    words = [f"item{i}" for i in range(200)]
+    a, b = next((x, y) for x in words for y in words if x < y and hash(x) & 7 == hash(y) & 7 and repr(frozenset([x, y])) != repr(frozenset([y, x])))
+    first, second = frozenset([a, b]), frozenset([b, a])
+    assert first == second and repr(first) != repr(second)
+    code = compile(f"def f():\n    return {{{a!r}, {b!r}, 'other'}}\n", "t.py", "exec").co_consts[0]
+    consts = tuple(c for c in code.co_consts)
+    index = next(i for i, c in enumerate(consts) if isinstance(c, frozenset))
+    one = code.replace(co_consts=consts[:index] + (first,) + consts[index + 1:])
+    two = code.replace(co_consts=consts[:index] + (second,) + consts[index + 1:])
+    assert _same_code(one, two)
+    other = code.replace(co_consts=consts[:index] + (frozenset([a, "other"]),) + consts[index + 1:])  # other elements
+    assert not _same_code(one, other)
+    assert not _same_code(code.replace(co_consts=(*consts[:index], frozenset([1, 2]), *consts[index + 1:])),
+                          code.replace(co_consts=(*consts[:index], frozenset([1.0, 2]), *consts[index + 1:])))
