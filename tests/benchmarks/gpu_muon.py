@@ -10,6 +10,8 @@
    parameters, AdamW + per-head/per-expert Muon through `ShardedMuonWithAdamW`, which on one device
    takes its local path): forward+backward time, optimizer time, tokens/s and peak memory; and the
    reference optimizer's step (one unit at a time) on the same gradients for comparison.
+3. The feedback KL's peak device memory, chunked against full logits (T=4096, V=32768).
+4. One RL update with a small Hugging Face Llama (random weights, a tokenizer built here).
 
 Without CUDA (and without --dry-run) it says so and exits 0.
 """
@@ -26,6 +28,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from trainer.model import PRESETS, ModelConfig, Transformer, count_parameters
 from trainer.optim.muon_reference import (
     KELLER_COEFFICIENTS,
     AdamWConfig,
@@ -34,8 +38,6 @@ from trainer.optim.muon_reference import (
     newton_schulz,
 )
 from trainer.optim.sharded_muon import build_sharded_muon_adamw, newton_schulz_flops
-
-from trainer.model import PRESETS, ModelConfig, Transformer, count_parameters
 
 
 def _timed(fn: Callable[[], object], *, device: torch.device, warmup: int, repeats: int) -> float:
@@ -156,6 +158,92 @@ def _training_step(preset: str, batch: int, seq: int, device: torch.device, *, d
     return result
 
 
+def _peak_bytes(device: torch.device) -> int:
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+
+
+def bench_chunked_kl(device: torch.device, *, dry_run: bool) -> dict[str, Any]:
+    """3. The feedback KL's peak memory on the device, chunked against full logits, forward +
+    backward: [T, V] logits in float32 at T=4096, V=32768, D=1024 (tiny sizes in a dry run)."""
+    from trainer.rl.kl import chunked_token_kl, naive_token_kl
+
+    T, V, D = (64, 512, 32) if dry_run else (4096, 32768, 1024)
+    generator = torch.Generator().manual_seed(0)
+    student = torch.randn(T, D, generator=generator).to(device).requires_grad_()
+    teacher = (student.detach() + 0.5 * torch.randn(T, D, generator=generator).to(device))
+    weight = (torch.randn(V, D, generator=generator) * 2 / D ** 0.5).to(device).requires_grad_()
+    result: dict[str, Any] = {"tokens": T, "vocab": V, "dim": D}
+    for name in ("naive", "chunked"):
+        student.grad = weight.grad = None
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+        started = time.perf_counter()
+        if name == "naive":
+            with torch.no_grad():
+                teacher_logits = teacher @ weight.T
+            kl = naive_token_kl(student @ weight.T, teacher_logits, "reverse")
+        else:
+            kl = chunked_token_kl(student, teacher, weight, "reverse", chunk_size=512)
+        kl.mean().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        result[name] = {"peak_added_mib": (_peak_bytes(device) - base) / 2**20, "seconds": time.perf_counter() - started}
+    if result["naive"]["peak_added_mib"]:
+        result["ratio"] = result["chunked"]["peak_added_mib"] / result["naive"]["peak_added_mib"]
+    print(f"chunked KL T={T} V={V}: naive {result['naive']['peak_added_mib']:.0f} MiB, "
+          f"chunked {result['chunked']['peak_added_mib']:.0f} MiB, ratio {result.get('ratio', float('nan')):.3f}")
+    return result
+
+
+def bench_hf_rl_step(device: torch.device, *, dry_run: bool) -> dict[str, Any]:
+    """4. One RL update (`trainer.rl.loop.update`: policy gradient + feedback KL, Muon per head) with
+    a small Hugging Face Llama built here (random weights, a byte-level BPE tokenizer trained on a
+    few chat turns: nothing is downloaded), on eight scripted trajectories."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tests.trainer.test_rl_objective import _share
+    from trainer.optim.hf_muon import build_hf_optimizer
+    from trainer.recipe import OptimizerConfig
+    from trainer.rl.config import RLConfig
+    from trainer.rl.feedback import DETECTORS, make_detector
+    from trainer.rl.hf_policy import HFPolicy
+    from trainer.rl.loop import feedback, update
+    from trainer.runtime import Runtime
+    from trainer.testing import byte_bpe_tokenizer
+
+    tokenizer = byte_bpe_tokenizer()
+    hidden, layers = (64, 2) if dry_run else (1024, 8)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=4 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=4,
+                         max_position_embeddings=2048, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    policy = HFPolicy(model, tokenizer, max_new_tokens=16, temperature=1.0, device=device)
+    optimizer = build_hf_optimizer(OptimizerConfig(name="muon", muon=MuonConfig(lr=0.02)), model)
+    trajectories = _share(0, 1)
+    hints, _ = feedback(trajectories, [make_detector(name) for name in DETECTORS])
+    runtime = Runtime(rank=0, world_size=1, device=device, out=Path("."))
+    times = []
+    for _ in range(1 if dry_run else 3):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        pg, kl = update(policy, optimizer, trajectories, hints, config=RLConfig(tasks="unused"), runtime=runtime)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - started)
+    parameters = sum(p.numel() for p in model.parameters())
+    result = {"parameters": parameters, "trajectories": len(trajectories), "hinted_turns": len(hints),
+              "step_s": min(times), "pg_loss": pg, "kl": kl, "kl_path": policy.kl_path,
+              "peak_memory_gib": _peak_bytes(device) / 2**30}
+    print(f"HF RL step: Llama {parameters / 1e6:.1f}M parameters, {len(trajectories)} trajectories, "
+          f"{len(hints)} hinted turns: {result['step_s']:.2f} s (best of {len(times)}), kl path {policy.kl_path}")
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU")
@@ -178,6 +266,8 @@ def main() -> None:
     print(f"device: {report['device']}, torch {torch.__version__}")
     report["newton_schulz"] = bench_newton_schulz(device, dry_run=args.dry_run, peak_tflops=args.peak_tflops)
     report["training_step"] = bench_training_step(device, dry_run=args.dry_run)
+    report["chunked_kl"] = bench_chunked_kl(device, dry_run=args.dry_run)
+    report["hf_rl_step"] = bench_hf_rl_step(device, dry_run=args.dry_run)
     report["wall_s"] = time.perf_counter() - started
     args.out.write_text(json.dumps(report, indent=2))
     print(f"done in {report['wall_s']:.0f} s; wrote {args.out}")
