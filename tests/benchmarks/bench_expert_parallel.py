@@ -20,13 +20,11 @@ slowest rank. The two modes' losses agree (printed).
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
+
+from tests.trainer.dist import run_gloo
 
 MODES = ("gather", "all_to_all")
 
@@ -76,7 +74,7 @@ class _Counter:
                                  if input_split_sizes else 1 / size(group))))
 
 
-def _rank(rank: int, args: argparse.Namespace, mode: str, store: str) -> None:
+def _rank(rank: int, world: int, args: argparse.Namespace, mode: str) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -84,8 +82,6 @@ def _rank(rank: int, args: argparse.Namespace, mode: str, store: str) -> None:
     from trainer.parallel_dims import ParallelDims
     from trainer.parallelize import ExpertParallelExperts, parallelize
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}/store", rank=rank, world_size=args.ranks)
     counter = _Counter()
     counter.install()
     config = ModelConfig(vocab_size=1024, dim=args.dim, n_layers=args.layers, n_heads=4, n_kv_heads=2,
@@ -119,11 +115,8 @@ def _rank(rank: int, args: argparse.Namespace, mode: str, store: str) -> None:
         times.append(time.perf_counter() - started)
     expert_bytes = 2 * sum(e.bytes_moved for block in model.layers
                            if isinstance(e := block.moe.experts, ExpertParallelExperts))  # type: ignore[union-attr]
-    Path(store, f"rank-{rank}.json").write_text(json.dumps({
-        "times": times, "loss": loss, "bytes": {k: v / args.steps for k, v in counter.bytes.items()},
-        "token_bytes": expert_bytes / (args.steps + 1)}))
-    dist.barrier()
-    dist.destroy_process_group()
+    return {"times": times, "loss": loss, "bytes": {k: v / args.steps for k, v in counter.bytes.items()},
+            "token_bytes": expert_bytes / (args.steps + 1)}
 
 
 def _expert_weight_bytes(args: argparse.Namespace) -> float:
@@ -135,16 +128,7 @@ def _expert_weight_bytes(args: argparse.Namespace) -> float:
 
 
 def _run(mode: str, args: argparse.Namespace) -> dict[str, Any]:
-    context = multiprocessing.get_context("spawn")
-    with tempfile.TemporaryDirectory() as store:
-        processes = [context.Process(target=_rank, args=(r, args, mode, store)) for r in range(args.ranks)]
-        for process in processes:
-            process.start()
-        for process in processes:
-            process.join()
-        if any(p.exitcode != 0 for p in processes):
-            raise SystemExit(f"{mode}: a rank failed (exit codes {[p.exitcode for p in processes]})")
-        ranks = [json.loads(Path(store, f"rank-{r}.json").read_text()) for r in range(args.ranks)]
+    ranks = run_gloo(args.ranks, _rank, args, mode)
     step_s = statistics.median(max(r["times"][i] for r in ranks) for i in range(args.steps))
     total = max(sum(r["bytes"].values()) for r in ranks)
     return {"step_s": step_s, "bytes": total, "losses": [r["loss"] for r in ranks],

@@ -21,15 +21,13 @@ difference between the two variants' losses.
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
 import os
 import resource
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
+
+from tests.trainer.dist import run_gloo
 
 VARIANTS = ("full", "chunked")
 PROMPT = 24
@@ -40,7 +38,7 @@ def _rss_mb() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _rank(rank: int, args: argparse.Namespace, variant: str, store: str) -> None:
+def _rank(rank: int, world: int, args: argparse.Namespace, variant: str) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
@@ -49,8 +47,6 @@ def _rank(rank: int, args: argparse.Namespace, variant: str, store: str) -> None
     from trainer.rl.kl import feedback_kl_loss, full_logits_kl_loss
     from trainer.runtime import build_model
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}/store", rank=rank, world_size=args.ranks)
     config = ModelConfig(vocab_size=args.vocab, dim=args.dim, n_layers=2, n_heads=4, n_kv_heads=2, n_experts=4,
                          top_k=2, expert_hidden=2 * args.dim, max_seq_len=args.tokens + 8)
     dims = ParallelDims(dp_replicate=1, dp_shard=args.ranks, cp=1, ep=1, world_size=args.ranks)
@@ -77,23 +73,11 @@ def _rank(rank: int, args: argparse.Namespace, variant: str, store: str) -> None
     loss.backward()
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    Path(store, f"rank-{rank}.json").write_text(json.dumps(
-        {"added_mb": peak - baseline, "baseline_mb": baseline, "seconds": seconds, "loss": float(loss.detach())}))
-    dist.barrier()
-    dist.destroy_process_group()
+    return {"added_mb": peak - baseline, "baseline_mb": baseline, "seconds": seconds, "loss": float(loss.detach())}
 
 
 def _run(variant: str, args: argparse.Namespace) -> dict[str, Any]:
-    context = multiprocessing.get_context("spawn")
-    with tempfile.TemporaryDirectory() as store:
-        processes = [context.Process(target=_rank, args=(rank, args, variant, store)) for rank in range(args.ranks)]
-        for process in processes:
-            process.start()
-        for process in processes:
-            process.join()
-        if any(p.exitcode != 0 for p in processes):
-            raise SystemExit(f"{variant}: a rank failed (exit codes {[p.exitcode for p in processes]})")
-        ranks = [json.loads(Path(store, f"rank-{r}.json").read_text()) for r in range(args.ranks)]
+    ranks = run_gloo(args.ranks, _rank, args, variant)
     return {"added_mb": max(r["added_mb"] for r in ranks), "seconds": max(r["seconds"] for r in ranks),
             "losses": [r["loss"] for r in ranks]}
 
