@@ -73,6 +73,10 @@ def test_command(source: str, runs: int, as_json: bool, timeout_s: float) -> Non
 @click.option("--again", "again", multiple=True, metavar="SOURCE",
               help="Mine SOURCE again although the dataset lists it as mined (after an upgrade that changes "
                    "its result); its tasks written before stay, new ones are added. Repeatable.")
+@click.option("--replace", is_flag=True,
+              help="With --again: retract the tasks the earlier runs wrote for SOURCE before mining it again, so "
+                   "the dataset holds only what this version makes of it (the manifest keeps the retracted "
+                   "shards' names and the reason).")
 @click.option("--follow", "follow_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Follow the task folder DIR: mine what its requests ask for (a trainer's requests for harder "
                    "tasks, DIR/requests/pending), with the folder's own configuration, until stopped.")
@@ -82,7 +86,7 @@ def test_command(source: str, runs: int, as_json: bool, timeout_s: float) -> Non
 @one_line_errors
 def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: str | None, address: str | None,
                  max_tasks: int | None, strategies: str | None, keep_flagged: bool | None, seed: int | None,
-                 again: tuple[str, ...], follow_dir: Path | None, poll_s: float, once: bool) -> None:
+                 again: tuple[str, ...], replace: bool, follow_dir: Path | None, poll_s: float, once: bool) -> None:
     """Mine feature-removal tasks from each SOURCE (or the recipe's sources) into a dataset.
 
     The dataset gets one shard per repository, written as soon as the repository finishes, and a
@@ -164,7 +168,10 @@ def mine_command(sources: tuple[str, ...], recipe_path: Path | None, out_dir: st
     unknown = sorted(set(again) - set(recipe.sources))
     if unknown:
         raise click.BadParameter(f"not a source of this run: {', '.join(unknown)}", param_hint="--again")
-    summary = run_mining(recipe, executor, on_outcome=finished, status=status, again=again)
+    if replace and not again:
+        raise click.UsageError("--replace retracts the tasks of the --again sources: name them with --again")
+    summary = run_mining(recipe, executor, on_outcome=finished, status=status, again=again,
+                         replace=again if replace else ())
     overall.update(len(summary.skipped))
     overall.close()
     totals = summary.totals

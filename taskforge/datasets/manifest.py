@@ -4,7 +4,9 @@ The manifest is the folder's table of contents. It names the kind of rows and th
 version, the recipe the rows were made with, the versions of every run that wrote to the folder,
 each shard with its row count, size and sha256, and the finished units of work (for ``mine``: one
 entry per source), so that a resumed run skips them. A shard the manifest does not list is not
-part of the dataset.
+part of the dataset. Shards taken out again (``DatasetWriter.retract``: the rows of a source that
+an upgraded pipeline mines again, say) are kept in ``retracted`` with the reason, so the folder
+says what it once held and why it no longer does.
 
 The manifest is always replaced whole and atomically (:func:`write_atomic`), after the shards it
 lists are in place.
@@ -24,7 +26,7 @@ from typing import Any
 
 from taskforge.errors import TaskforgeError
 
-__all__ = ["FORMAT", "MANIFEST", "Manifest", "RunInfo", "ShardInfo", "read_manifest", "sha256_file", "utc_now",
+__all__ = ["FORMAT", "MANIFEST", "Manifest", "Retraction", "RunInfo", "ShardInfo", "read_manifest", "sha256_file", "utc_now",
            "write_atomic"]
 
 MANIFEST = "manifest.json"
@@ -74,6 +76,20 @@ class RunInfo:
 
 
 @dataclass(kw_only=True, slots=True)
+class Retraction:
+    """A shard taken out of the dataset, and why."""
+
+    shard: ShardInfo
+    """The shard as the manifest listed it."""
+    reason: str
+    """Why (``taskforge mine --again SOURCE --replace``: which source was mined again)."""
+    retracted_at: str
+    """When (ISO 8601, UTC)."""
+    run: int
+    """Index of the run that took it out, in ``Manifest.runs``."""
+
+
+@dataclass(kw_only=True, slots=True)
 class Manifest:
     """The parsed ``manifest.json``."""
 
@@ -89,6 +105,8 @@ class Manifest:
     shards: list[ShardInfo] = field(default_factory=list)
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Finished units of work, by key (``mine``: source → its summary); a resumed run skips them."""
+    retracted: list[Retraction] = field(default_factory=list)
+    """Shards taken out of the dataset; their files are deleted (a reader refuses one still there)."""
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.shards]
@@ -123,6 +141,11 @@ class Manifest:
                 for s in self.shards
             ],
             "done": self.done,
+            **({"retracted": [
+                {"shard": {"name": r.shard.name, "rows": r.shard.rows, "sha256": r.shard.sha256,
+                           "bytes": r.shard.bytes, "written_at": r.shard.written_at, "run": r.shard.run},
+                 "reason": r.reason, "retracted_at": r.retracted_at, "run": r.run}
+                for r in self.retracted]} if self.retracted else {}),
         }
 
     @classmethod
@@ -138,6 +161,9 @@ class Manifest:
             runs=[RunInfo(started_at=r["started_at"], versions=dict(r["versions"])) for r in data["runs"]],
             shards=[ShardInfo(**s) for s in data["shards"]],
             done={str(k): dict(v) for k, v in data["done"].items()},
+            retracted=[Retraction(shard=ShardInfo(**r["shard"]), reason=str(r["reason"]),
+                                  retracted_at=str(r["retracted_at"]), run=int(r["run"]))
+                       for r in data.get("retracted", [])],
         )
         if data["rows"] != manifest.rows:
             raise ValueError(f"rows is {data['rows']}, but the shards add up to {manifest.rows}")

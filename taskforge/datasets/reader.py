@@ -85,7 +85,12 @@ def verify(directory: Path, *, digests: bool = True) -> Manifest:
     _readable_kind(directory, manifest)
     check_listed(directory, manifest, digests=digests)
     listed = {s.name for s in manifest.shards}
+    retracted = {r.shard.name for r in manifest.retracted}
     for path in visible_shards(directory):
+        if path.name in retracted and path.name not in listed:
+            raise TaskforgeError(
+                f"shard {path} was retracted from {directory} but is still there: the retraction was interrupted "
+                "(open the folder for writing again, e.g. rerun the command, to finish it)", reason="unlisted_shard")
         if path.name not in listed:
             raise TaskforgeError(
                 f"shard {path} is not listed in {directory}/manifest.json: a write was interrupted after the shard "

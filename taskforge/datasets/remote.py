@@ -205,6 +205,10 @@ class RemoteDataset:
         self._remove_temporaries()
         uploaded = self._push_shards(manifest)
         self._upload(MANIFEST)  # the commit point: only now do readers see the new shards
+        present, listed = self._remote_sizes(), {s.name for s in manifest.shards}
+        for retraction in manifest.retracted:  # shards the manifest no longer lists go after it
+            if retraction.shard.name in present and retraction.shard.name not in listed:
+                self.filesystem.delete_file(self._path(retraction.shard.name))
         for name in extra:
             if (self.staging / name).is_file():
                 self._upload(name)
@@ -251,7 +255,9 @@ class RemoteDataset:
 
 def _ahead(local: Manifest, remote: Manifest) -> bool:
     """Whether ``local`` holds everything ``remote`` does: the same dataset, every remote shard with
-    the same digest, and every finished unit of work."""
+    the same digest, every finished unit of work, and every retraction."""
+    if {r.shard.name for r in remote.retracted} - {r.shard.name for r in local.retracted}:
+        return False
     if (local.kind, local.schema_version, local.recipe) != (remote.kind, remote.schema_version, remote.recipe):
         return False
     listed = {s.name: s.sha256 for s in local.shards}

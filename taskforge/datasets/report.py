@@ -110,7 +110,8 @@ def build_report(
         row.cause = _cause(row, target, max_attempts)
     rows.sort(key=lambda r: r.source.lower())
     report = YieldReport(rows=rows, target=target, tasks=len(tasks),
-                         validated=sum(1 for c in checks.values() if c.get("ok")) if validation else None)
+                         validated=sum(1 for i, c in checks.items() if i in source_of and c.get("ok"))
+                         if validation else None)
     for folder in rewards:
         report.scoring.append(_scoring(folder, {t.instance_id for t in tasks}))
     return report

@@ -233,7 +233,9 @@ def render(summary: Summary) -> str:
     parts = [
         (f"{summary.directory}: {summary.tasks} tasks in {len(m.shards)} shard{'' if len(m.shards) == 1 else 's'} "
          f"({sum(s.bytes for s in m.shards) / 1e6:.2f} MB), schema v{m.schema_version}, "
-         f"{len(m.runs)} run(s), taskforge {m.runs[-1].versions.get('taskforge', '?') if m.runs else '?'}"),
+         f"{len(m.runs)} run(s), taskforge {m.runs[-1].versions.get('taskforge', '?') if m.runs else '?'}"
+         + (f"; {sum(r.shard.rows for r in m.retracted)} task(s) retracted in {len(m.retracted)} shard(s): "
+            + "; ".join(sorted({r.reason for r in m.retracted})) if m.retracted else "")),
         _table("tasks per repository", ["repository", "tasks", *strategies],
                [[repo, sum(c.values()), *(c[s] for s in strategies)] for repo, c in summary.per_repo.items()]),
         _table("tasks per strategy", ["strategy", "tasks", "share"],

@@ -15,6 +15,8 @@ Opening a folder for writing resumes it:
   complete, fsynced and renamed, so it is checked and adopted into the manifest;
 - an interrupted rewrite (``.NAME.next``, see :meth:`DatasetWriter.rewrite`) is finished if the
   manifest already names its digest, and dropped if not;
+- a retracted shard (:meth:`DatasetWriter.retract`) whose file is still there (killed between
+  the manifest and the unlink) is deleted;
 - every listed shard is verified (size, sha256, schema), and the keys of its rows are loaded:
   :meth:`DatasetWriter.write` skips rows whose key is already there, so a run done twice never
   duplicates a row.
@@ -43,6 +45,7 @@ from taskforge.datasets.card import write_card
 from taskforge.datasets.manifest import (
     MANIFEST,
     Manifest,
+    Retraction,
     RunInfo,
     ShardInfo,
     fsync_dir,
@@ -256,6 +259,9 @@ class DatasetWriter:
             if _TEMPORARY.fullmatch(stale.name) and stale.is_file():
                 stale.unlink()
         fsync_dir(self.directory)
+        retracted = {r.shard.name for r in manifest.retracted} - set(listed)
+        for name in retracted:
+            (self.directory / name).unlink(missing_ok=True)  # the manifest had dropped it: finish the retraction
         check_listed(self.directory, manifest)
         for shard in manifest.shards:
             self.keys.update(self._keys_of(self.directory / shard.name))
@@ -302,7 +308,8 @@ class DatasetWriter:
         if not _PREFIX.fullmatch(prefix):
             raise ValueError(f"shard prefix {prefix!r} must be letters, digits and ._+- (not starting with one of them)")
         pattern = re.compile(re.escape(prefix) + r"-(\d{5,})\.parquet")
-        taken = [int(m.group(1)) for s in self._manifest.shards if (m := pattern.fullmatch(s.name))]
+        names = [s.name for s in self._manifest.shards] + [r.shard.name for r in self._manifest.retracted]
+        taken = [int(m.group(1)) for name in names if (m := pattern.fullmatch(name))]  # a retracted name is not reused
         index = max(taken, default=-1) + 1
         while (self.directory / f"{prefix}-{index:05d}.parquet").exists():
             index += 1
@@ -362,6 +369,30 @@ class DatasetWriter:
         self._save()
         result.written += shard.rows
         result.shards.append(shard.name)
+
+    def retract(self, names: Collection[str], *, reason: str, done: Collection[str] = ()) -> int:
+        """Take the shards ``names`` out of the dataset, and the units of work ``done`` out of the
+        manifest's finished ones (so a resumed run does them again); returns the rows taken out.
+
+        The manifest, which lists them under ``retracted`` with ``reason``, is the commit point;
+        then the files are deleted. A kill in between leaves files that readers refuse as retracted
+        and the next writer deletes.
+        """
+        gone = [s for s in self._manifest.shards if s.name in set(names)]
+        if unknown := set(names) - {s.name for s in gone}:
+            raise TaskforgeError(f"{self.directory} lists no shard {', '.join(sorted(unknown))}", reason="missing_shard")
+        keys = set().union(*(self._keys_of(self.directory / s.name) for s in gone)) if gone else set()
+        run, now = len(self._manifest.runs) - 1, utc_now()
+        self._manifest.shards = [s for s in self._manifest.shards if s not in gone]
+        self._manifest.retracted += [Retraction(shard=s, reason=reason, retracted_at=now, run=run) for s in gone]
+        for key in done:
+            self._manifest.done.pop(key, None)
+        self._save()
+        self.keys -= keys
+        for shard in gone:
+            (self.directory / shard.name).unlink(missing_ok=True)
+        fsync_dir(self.directory)
+        return sum(s.rows for s in gone)
 
     def _save(self) -> None:
         self._manifest.updated_at = utc_now()

@@ -139,9 +139,14 @@ def run_mining(
     on_outcome: Callable[[RepoOutcome, RunSummary], None] | None = None,
     status: Callable[[str], None] = lambda _: None,
     again: Sequence[str] = (),
+    replace: Sequence[str] = (),
 ) -> RunSummary:
     """Mine every source of ``recipe`` not yet in its dataset, writing each repository's tasks as
-    soon as it finishes. ``on_outcome`` sees each outcome after it is written."""
+    soon as it finishes. ``on_outcome`` sees each outcome after it is written.
+
+    ``again`` sources are mined again although the dataset lists them; the tasks of ``replace``
+    sources (a subset of ``again``) are retracted first (:meth:`DatasetWriter.retract`), so the
+    folder ends up with only what this run makes of them, or with their failure."""
     from taskforge.datasets import TASKS, DatasetWriter, run_versions
     from taskforge.datasets.manifest import write_atomic
     from taskforge.sandbox import open_backend
@@ -163,6 +168,12 @@ def run_mining(
                        versions=versions, run_only=[f"config.{key}" for key in RUN_ONLY]) as writer:
         for name in writer.adopted:
             status(f"adopted {name}, which an interrupted run had written")
+        if stray := sorted(set(replace) - set(again)):
+            raise TaskforgeError(f"replace names sources not mined again: {', '.join(stray)}", reason="bad_request")
+        for source in replace:
+            shards = _shards_of(folder, writer.manifest.shards, source)
+            rows = writer.retract(shards, reason=f"mined again with --replace: {source}", done=[source])
+            status(f"{source}: retracted {rows} task(s) in {len(shards)} shard(s) written before; mining it again")
         summary.skipped = [s for s in recipe.sources if s in writer.done and s not in again]
         for source in summary.skipped:
             status(f"{source}: already mined into {recipe.out} ({writer.done[source]['tasks']} tasks); skipped")
@@ -204,6 +215,23 @@ def run_mining(
                 on_outcome(outcome, summary)
         save()
     return summary
+
+
+def _shards_of(folder: Path, shards: Sequence[Any], source: str) -> list[str]:
+    """The listed shards whose rows are ``source``'s (a shard holds one repository's tasks)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    names = []
+    for shard in shards:
+        column = pq.read_table(folder / shard.name, columns=["source"]).column("source")
+        matching = pc.sum(pc.equal(column, source)).as_py() or 0
+        if matching and matching != shard.rows:
+            raise TaskforgeError(f"{folder / shard.name} mixes {source}'s tasks with others; it cannot be retracted "
+                                 "whole", reason="mixed_shard")
+        if matching:
+            names.append(shard.name)
+    return names
 
 
 def _read_summary(folder: Path) -> dict[str, Any]:

@@ -137,6 +137,27 @@ def test_pull_then_resume_then_push_leaves_exactly_the_union(tmp_path: Path, rem
     assert (remote_dir / SUMMARY).read_text() == '{"run": 2}'
 
 
+def test_a_retraction_reaches_the_remote_after_its_manifest(tmp_path: Path, remote_dir: Path, uri: str) -> None:
+    staging = tmp_path / "staging"
+    _write(staging, task_rows(30), prefix="tasks-a")
+    _write(staging, task_rows(10, start=30), prefix="tasks-b")
+    remote = RemoteDataset(uri, staging)
+    remote.push()
+    other = tmp_path / "other"  # another machine's staging folder, pulled before the retraction
+    assert RemoteDataset(uri, other).pull() == 2
+    with DatasetWriter(staging, kind=TASKS, recipe=RECIPE, versions=run_versions(), config=SMALL) as writer:
+        writer.retract(["tasks-b-00000.parquet"], reason="mined again")
+    assert remote.push() == 0
+    assert sorted(os.listdir(remote_dir)) == sorted([MANIFEST, "tasks-a-00000.parquet"])
+    assert _ids(read_rows(uri)) == _ids(task_rows(30))
+    assert [r.shard.name for r in read_manifest(staging).retracted] == ["tasks-b-00000.parquet"]
+    # The other staging folder still holds the retracted shard; pulling then opening it drops it.
+    RemoteDataset(uri, other).pull()
+    with DatasetWriter(other, kind=TASKS, recipe=RECIPE, versions=run_versions(), config=SMALL):
+        pass
+    assert _ids(read_rows(other)) == _ids(task_rows(30))
+
+
 def test_pull_brings_a_staging_folder_that_is_behind_up_to_date(tmp_path: Path, uri: str) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     _write(one, task_rows(40))

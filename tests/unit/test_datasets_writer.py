@@ -296,6 +296,49 @@ def test_an_interrupted_rewrite_is_finished_or_dropped(tmp_path: Path) -> None:
     assert new_manifest != old_manifest
 
 
+def test_retracted_shards_leave_the_dataset_with_their_reason_and_their_rows_may_come_again(tmp_path: Path) -> None:
+    rows = task_rows(50)
+    with _writer(tmp_path) as writer:
+        writer.write(rows[:40], prefix="tasks-a", done={"pypi:a==1": {"tasks": 40}})
+        writer.write(rows[40:], prefix="tasks-b", done={"pypi:b==1": {"tasks": 10}})
+        with pytest.raises(TaskforgeError) as err:
+            writer.retract(["tasks-c-00000.parquet"], reason="no such shard")
+        assert err.value.reason == "missing_shard"
+        assert writer.retract(["tasks-b-00000.parquet"], reason="mined again", done=["pypi:b==1"]) == 10
+    assert not (tmp_path / "tasks-b-00000.parquet").exists()
+    manifest = verify(tmp_path)
+    assert [s.name for s in manifest.shards] == ["tasks-a-00000.parquet"] and manifest.rows == 40
+    assert manifest.done == {"pypi:a==1": {"tasks": 40}}
+    [retraction] = manifest.retracted
+    assert (retraction.shard.name, retraction.shard.rows, retraction.reason) == ("tasks-b-00000.parquet", 10, "mined again")
+    assert retraction.run == 0
+    assert _ids(tmp_path) == [r["instance_id"] for r in rows[:40]]
+    # The rows of a retracted shard are no longer in the folder, so a later run may write them again.
+    with _writer(tmp_path) as writer:
+        result = writer.write(rows, prefix="tasks-b", done={"pypi:b==1": {"tasks": 10}})
+    assert (result.written, result.skipped) == (10, 40) and result.shards == ["tasks-b-00001.parquet"]
+    again = read_manifest(tmp_path)
+    assert [r.shard.name for r in again.retracted] == ["tasks-b-00000.parquet"]
+    assert _ids(tmp_path) == [r["instance_id"] for r in rows]
+
+
+def test_an_interrupted_retraction_is_refused_by_readers_and_finished_by_the_next_writer(tmp_path: Path) -> None:
+    """The state a kill between the manifest and the unlink leaves behind."""
+    with _writer(tmp_path) as writer:
+        writer.write(task_rows(20), prefix="tasks-demo", done={"pypi:demo==1": {"tasks": 20}})
+    kept = (tmp_path / "tasks-demo-00000.parquet").read_bytes()
+    with _writer(tmp_path) as writer:
+        writer.retract(["tasks-demo-00000.parquet"], reason="mined again", done=["pypi:demo==1"])
+    (tmp_path / "tasks-demo-00000.parquet").write_bytes(kept)
+    with pytest.raises(TaskforgeError, match="retraction was interrupted") as err:
+        verify(tmp_path)
+    assert err.value.reason == "unlisted_shard"
+    with _writer(tmp_path) as writer:
+        assert writer.adopted == [] and writer.keys == set()
+    assert not (tmp_path / "tasks-demo-00000.parquet").exists()
+    assert open_dataset(tmp_path).count_rows() == 0
+
+
 def test_reward_rows_round_trip_keyed_by_task_and_candidate(tmp_path: Path) -> None:
     tasks = task_rows(10)
     rewards = reward_rows(tasks, candidates=("gold", "empty", "model-a"))
