@@ -165,11 +165,16 @@ class DatasetWriter:
         versions: Mapping[str, str],
         config: WriterConfig | None = None,
         run_only: Collection[str] = (),
+        defaults: Mapping[str, Any] | None = None,
     ) -> None:
         self.directory = directory
         self.run_only = tuple(run_only)
         """Dotted keys of ``recipe`` (``config.tracebacks``) that only change how a run goes, not
         what it writes: a run may resume a folder that an earlier run wrote with other values."""
+        self.defaults: dict[str, Any] = json.loads(json.dumps(defaults or {}))
+        """A recipe of default values: a key the manifest's recipe lacks (an option a later
+        taskforge added) counts as its default there, which keeps the older behaviour, so a
+        folder written before the option existed resumes when the option is left at it."""
         self.kind = kind
         self.config = config or WriterConfig()
         self.adopted: list[str] = []
@@ -239,11 +244,12 @@ class DatasetWriter:
                 f"v{self.kind.version}; write to a new folder"
                 + (f", or run `taskforge migrate {self.directory}`" if manifest.schema_version < self.kind.version else ""),
                 reason="schema_version")
-        before, now = _without(manifest.recipe, self.run_only), _without(recipe, self.run_only)
+        before = _without(_filled(manifest.recipe, self.defaults), self.run_only)
+        now = _without(recipe, self.run_only)
         if before != now:
-            changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+            changed = ", ".join(f"{key} ({old!r} then, {new!r} now)" for key, old, new in _differences(before, now))
             raise TaskforgeError(
-                f"{self.directory} was written with another recipe (differs in {', '.join(changed)}); resuming needs "
+                f"{self.directory} was written with another recipe (differs in {changed}); resuming needs "
                 "the same one, so write to a new folder", reason="recipe_mismatch")
 
     def _recover(self, manifest: Manifest) -> None:
@@ -429,6 +435,25 @@ class DatasetWriter:
         os.replace(pending, self.directory / name)
         fsync_dir(self.directory)
         return info
+
+
+def _filled(recipe: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``recipe`` with every key it lacks taken from ``defaults``, at any depth."""
+    copy: dict[str, Any] = json.loads(json.dumps(recipe))
+    for key, value in defaults.items():
+        if key not in copy:
+            copy[key] = value
+        elif isinstance(copy[key], dict) and isinstance(value, dict):
+            copy[key] = _filled(copy[key], value)
+    return copy
+
+
+def _differences(before: Any, now: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """The dotted keys whose values differ between two recipes, with both values."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        return [d for key in sorted(set(before) | set(now))
+                for d in _differences(before.get(key), now.get(key), f"{prefix}{key}.")]
+    return [] if before == now else [(prefix.rstrip("."), before, now)]
 
 
 def _without(recipe: Mapping[str, Any], dotted: Iterable[str]) -> dict[str, Any]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from taskforge.llm.client import LLMConfig
 from taskforge.mining.candidates import CandidateConfig
 
-__all__ = ["CONTINUE_ON_COLLECTION_ERRORS", "MineConfig", "TRACEBACKS", "traceback_args"]
+__all__ = ["CONTINUE_ON_COLLECTION_ERRORS", "MineConfig", "TRACEBACKS", "recipe_defaults", "traceback_args"]
 
 
 CONTINUE_ON_COLLECTION_ERRORS = ("--continue-on-collection-errors",)
@@ -18,6 +19,13 @@ TRACEBACKS = ("auto", "long", "short", "line", "native", "no")
 RUN_ONLY = ("tracebacks",)
 """Settings of :class:`MineConfig` that change how validation runs, not which tasks it writes: a
 sweep may resume a folder an earlier run wrote with other values of these."""
+
+
+def recipe_defaults() -> dict[str, Any]:
+    """The dataset recipe of a mining run at every default (``DatasetWriter(defaults=...)``): an
+    option added after a folder was written counts as its default there. A new option's default
+    must therefore keep the behaviour from before it existed."""
+    return {"command": "mine", "config": asdict(MineConfig())}
 
 
 def traceback_args(config: MineConfig) -> tuple[str, ...]:

@@ -24,9 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from taskforge.datasets import TASKS, DatasetWriter, read_manifest, run_versions
-from taskforge.datasets.requests import MineRequest, claim, finish, follow_lock, pending_requests, requeue_claimed
+from taskforge.datasets.requests import (
+    MineRequest,
+    claim,
+    finish,
+    follow_lock,
+    pending_requests,
+    requeue_claimed,
+)
 from taskforge.errors import TaskforgeError
-from taskforge.mining.config import RUN_ONLY
+from taskforge.mining.config import RUN_ONLY, recipe_defaults
 from taskforge.mining.recipe import MiningRecipe, RayConfig, recipe_from_dict
 from taskforge.mining.run import Executor
 from taskforge.sandbox import SandboxLimits
@@ -122,7 +129,8 @@ def _serve(directory: Path, request: MineRequest, executor: Executor, *, sandbox
     prefix = str(record.pop("prefix", "tasks-none"))
     # The folder's own recipe: the request's changes are recorded with its tasks, in ``done``.
     with DatasetWriter(directory, kind=TASKS, recipe=manifest.recipe, versions=versions,
-                       run_only=[f"config.{key}" for key in RUN_ONLY]) as writer:
+                       run_only=[f"config.{key}" for key in RUN_ONLY],
+                       defaults=recipe_defaults()) as writer:
         written = writer.write(outcome.rows, prefix=prefix, done={f"request:{request.request_id}": record})
     instance_ids = [row["instance_id"] for row in outcome.rows]
     return {"tasks": written.written, "skipped": written.skipped, "instance_ids": instance_ids,

@@ -25,7 +25,7 @@ from typing import Any
 from taskforge.datasets.card import CARD
 from taskforge.datasets.stats import MINE_SUMMARY
 from taskforge.errors import TaskforgeError
-from taskforge.mining.config import RUN_ONLY, MineConfig
+from taskforge.mining.config import RUN_ONLY, MineConfig, recipe_defaults
 from taskforge.mining.outcome import RepoResult
 from taskforge.mining.recipe import MiningRecipe
 from taskforge.sandbox import SandboxLimits
@@ -165,7 +165,8 @@ def run_mining(
     summary = RunSummary(out=recipe.out, rows=0)
     previous = _read_summary(folder)
     with DatasetWriter(folder, kind=TASKS, recipe={"command": "mine", "config": asdict(recipe.mine)},
-                       versions=versions, run_only=[f"config.{key}" for key in RUN_ONLY]) as writer:
+                       versions=versions, run_only=[f"config.{key}" for key in RUN_ONLY],
+                       defaults=recipe_defaults()) as writer:
         for name in writer.adopted:
             status(f"adopted {name}, which an interrupted run had written")
         if stray := sorted(set(replace) - set(again)):

@@ -116,6 +116,24 @@ def test_settings_that_only_change_how_a_run_goes_may_differ_on_resume(tmp_path:
                       versions={})
 
 
+def test_an_option_added_later_resumes_an_older_folder_at_its_default_only(tmp_path: Path) -> None:
+    """A folder written before an option existed lacks it in its recipe: left at its default, which
+    keeps the old behaviour, the run resumes; set otherwise, it is refused, naming the key."""
+    old = {"command": "mine", "config": {"seed": 0, "candidates": {"min_tests": 1}}}
+    with DatasetWriter(tmp_path, kind=TASKS, recipe=old, versions={}) as writer:
+        writer.write(task_rows(3), prefix="tasks-demo")
+    defaults = {"command": "mine", "config": {"seed": 0, "candidates": {"min_tests": 1, "band": None, "cap": 1500}}}
+    at_default = {"command": "mine", "config": {"seed": 0, "candidates": {"min_tests": 1, "band": None, "cap": 1500}}}
+    with pytest.raises(TaskforgeError):  # without defaults, any new key is a change
+        DatasetWriter(tmp_path, kind=TASKS, recipe=at_default, versions={})
+    with DatasetWriter(tmp_path, kind=TASKS, recipe=at_default, versions={}, defaults=defaults) as writer:
+        assert writer.manifest.recipe == old
+    changed = {"command": "mine", "config": {"seed": 0, "candidates": {"min_tests": 1, "band": "hard", "cap": 1500}}}
+    with pytest.raises(TaskforgeError, match=r"config\.candidates\.band \(None then, 'hard' now\)") as err:
+        DatasetWriter(tmp_path, kind=TASKS, recipe=changed, versions={}, defaults=defaults)
+    assert err.value.reason == "recipe_mismatch"
+
+
 def test_one_writer_at_a_time(tmp_path: Path) -> None:
     with _writer(tmp_path), pytest.raises(TaskforgeError) as err:
         _writer(tmp_path)
