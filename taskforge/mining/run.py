@@ -181,7 +181,9 @@ def run_mining(
         summary.pending = [s for s in recipe.sources if s not in writer.done or s in again]
         for source in (s for s in again if s in writer.done):
             status(f"{source}: mined before ({writer.done[source]['tasks']} tasks); mining it again")
-        failures = {s: why for s, why in previous.get("failures", {}).items() if s not in summary.pending}
+        # An earlier failure stays on record until this run's outcome for that source replaces it,
+        # so a run killed before reaching a source it retries loses nothing of the summary.
+        failures = {s: why for s, why in previous.get("failures", {}).items() if s not in writer.done}
 
         def save() -> None:
             summary.rows = writer.manifest.rows
@@ -196,6 +198,7 @@ def run_mining(
                 remote.push(extra=(SUMMARY_FILE, CARD))
 
         for outcome in executor(summary.pending, recipe):
+            failures.pop(outcome.source, None)
             if outcome.failure:
                 summary.failures[outcome.source] = outcome.failure
                 summary.totals[f"repository_failed:{outcome.reason}"] += 1

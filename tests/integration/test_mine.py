@@ -149,6 +149,15 @@ def test_a_failing_repository_is_recorded_and_the_run_goes_on(tmp_path, session_
                            capture_output=True, text=True, timeout=120, env=env)
     assert shown.returncode == 0 and bad in shown.stdout and "source_not_found" in shown.stdout, shown.stdout
     assert len(read_tasks(tmp_path / "a")) == 1
+    # Resuming retries the failed source; its failure stays on record (until an outcome replaces
+    # it), and the finished one is skipped.
+    again = subprocess.run(
+        [sys.executable, "-m", "taskforge.cli", "mine", bad, "pypi:iniconfig==2.3.1", "--out", str(tmp_path / "a"), "--max-tasks", "1"],
+        capture_output=True, text=True, timeout=900, env=env,
+    )
+    assert again.returncode == 1 and "already mined" in again.stderr, again.stderr[-2000:]
+    resumed = json.loads((tmp_path / "a" / "mine-summary.json").read_text())
+    assert resumed["failures"] == summary["failures"] and resumed["totals"]["failed"] == 1
     only_bad = subprocess.run(
         [sys.executable, "-m", "taskforge.cli", "mine", bad, "--out", str(tmp_path / "b")],
         capture_output=True, text=True, timeout=900, env=env,
