@@ -254,7 +254,8 @@ def _resolve(
     excluded: Sequence[str] = (),
 ) -> tuple[list[DetectedRequirement], list[DroppedRequirement]]:
     """Fill ``wheelhouse`` with wheels for the project's dependencies and the test requirements;
-    ``excluded`` are releases (``name!=version``) the image's Python cannot install."""
+    ``excluded`` are constraints (``name<version``) that keep out releases the image's Python
+    cannot install."""
     project_req = f"{project.path}[{','.join(extras)}]" if extras else str(project.path)
     constraints = wheelhouse.parent / "constraints.txt"
     constraints.write_text("".join(f"{line}\n" for line in excluded))
@@ -309,7 +310,12 @@ def _resolve_for_image(
 ) -> tuple[list[DetectedRequirement], list[DroppedRequirement]]:
     """:func:`_resolve`, then every wheel's Requires-Python is checked against the image's full
     Python version (the host's ``python3.11`` may be 3.11.7 where the image has 3.11.2): a release
-    that does not fit is excluded and the set resolved again, so pip picks an older one."""
+    that does not fit is kept out and the set resolved again, so pip picks an older one.
+
+    The cap is the newest release that fits (:func:`_newest_fitting`, pip asked for the image's
+    version), so a package with a dozen releases too new costs one more resolution, not a dozen
+    (excluding them one at a time ran out of tries on a held-out project); without a fitting wheel
+    to ask about, it is ``name<version``."""
     excluded: list[str] = []
     for _ in range(_MAX_PYTHON_RETRIES):
         shutil.rmtree(wheelhouse, ignore_errors=True)
@@ -321,16 +327,16 @@ def _resolve_for_image(
                 raise
             raise DependencyError(
                 f"{err}; the releases that resolve on the host need a newer Python than the image's "
-                f"{image_python} ({', '.join(excluded)} excluded for that)",
+                f"{image_python} (tried with {', '.join(excluded)})",
                 reason="python_mismatch",
             ) from err
         misfits = [w for w in sorted(wheelhouse.glob("*.whl")) if not _fits(w, image_python)]
         if not misfits or not image_python:
             return kept, dropped
-        excluded += ["%s!=%s" % _wheel_dist(w.name) for w in misfits]
+        excluded += [_newest_fitting(python, image_python, *_wheel_dist(w.name)) for w in misfits]
     raise DependencyError(
         f"cannot resolve the dependencies of {project.name} for the image's Python {image_python}: "
-        f"every release tried requires a newer one ({', '.join(excluded[-3:])} excluded last)",
+        f"every release tried requires a newer one (tried last with {', '.join(excluded[-3:])})",
         reason="python_mismatch",
     )
 
@@ -353,6 +359,19 @@ def _fits(wheel: Path, image_python: str) -> bool:
         return SpecifierSet(str(requires)).contains(image_python, prereleases=True)
     except InvalidSpecifier:
         return True  # pip installs what it cannot parse the same way
+
+
+def _newest_fitting(python: str, image_python: str, name: str, version: str) -> str:
+    """A constraint that keeps ``name`` below ``version``, at the newest release whose
+    Requires-Python admits the image's Python: ``name<=FOUND`` when pip, told the image's version
+    (``--python-version``, which needs wheels), finds one; else ``name<version``."""
+    with tempfile.TemporaryDirectory(prefix="taskforge-fit-") as folder:
+        proc = _pip(python, ["download", "--no-deps", "--only-binary=:all:", "--python-version", image_python,
+                             "--dest", folder, f"{name}<{version}"])
+        found = sorted(Path(folder).glob("*.whl"))
+        if proc.returncode == 0 and len(found) == 1:
+            return f"{name}<={_wheel_dist(found[0].name)[1]}"
+    return f"{name}<{version}"
 
 
 def _wheel_dist(filename: str) -> tuple[str, str]:
