@@ -333,6 +333,14 @@ def _resolve_for_image(
         misfits = [w for w in sorted(wheelhouse.glob("*.whl")) if not _fits(w, image_python)]
         if not misfits or not image_python:
             return kept, dropped
+        if own := [w for w in misfits if _wheel_dist(w.name)[0] == canonicalize_name(project.name)]:
+            name, version = _wheel_dist(own[0].name)
+            older = _newest_fitting(python, image_python, name, version)
+            hint = (f"mine an older release (the newest that fits is {name}=={older.split('<=', 1)[1]})"
+                    if "<=" in older else "no release of it on the index fits")
+            raise DependencyError(
+                f"{project.name} {version} requires Python {_requires_python(own[0])} and the environment image "
+                f"has {image_python}: {hint}", reason="python_mismatch")
         excluded += [_newest_fitting(python, image_python, *_wheel_dist(w.name)) for w in misfits]
     raise DependencyError(
         f"cannot resolve the dependencies of {project.name} for the image's Python {image_python}: "
@@ -341,18 +349,23 @@ def _resolve_for_image(
     )
 
 
+def _requires_python(wheel: Path) -> str:
+    """The wheel's Requires-Python ("" when it has none)."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next((n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
+        if name is None:
+            return ""
+        metadata = email.parser.BytesHeaderParser().parsebytes(archive.read(name))
+    return str(metadata.get("Requires-Python") or "")
+
+
 def _fits(wheel: Path, image_python: str) -> bool:
     """Whether the wheel's Requires-Python admits ``image_python`` (a wheel without one does)."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     if not image_python:
         return True
-    with zipfile.ZipFile(wheel) as archive:
-        name = next((n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
-        if name is None:
-            return True
-        metadata = email.parser.BytesHeaderParser().parsebytes(archive.read(name))
-    requires = metadata.get("Requires-Python")
+    requires = _requires_python(wheel)
     if not requires:
         return True
     try:

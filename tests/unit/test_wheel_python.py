@@ -79,6 +79,18 @@ def test_many_releases_too_new_are_skipped_in_one_step(tmp_path: Path, index: Pa
     assert sorted(w.name.split("-")[1] for w in wheelhouse.glob("helper-*")) == ["1.0"]
 
 
+def test_a_project_too_new_for_the_image_names_the_newest_release_that_fits(tmp_path: Path, index: Path) -> None:
+    _wheel(index, "proj", "0.9", requires_python=">=3.8")
+    _wheel(index, "proj", "1.0", requires_python=">=3.11.5")
+    project = _ProjectWheel(path=_wheel(tmp_path, "proj", "1.1", requires_python=">=3.11.5"), name="proj",
+                            provides_extra=frozenset(), dist_info={}, top_level=("proj",), console_scripts={})
+    with pytest.raises(DependencyError) as caught:
+        _resolve_for_image(sys.executable, "3.11.2", project, [], [], tmp_path / "wheels")
+    assert caught.value.reason == "python_mismatch"
+    assert str(caught.value) == ("proj 1.1 requires Python >=3.11.5 and the environment image has 3.11.2: mine an "
+                                 "older release (the newest that fits is proj==0.9)")
+
+
 def test_no_release_fits_fails_the_build_or_drops_a_test_requirement(tmp_path: Path, index: Path) -> None:
     """A run-time dependency with no fitting release fails the build with pip's reason; a test
     requirement with none is dropped and recorded, as any test requirement that will not resolve."""
