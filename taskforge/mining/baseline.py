@@ -4,6 +4,7 @@ on the seed or on timing."""
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -113,6 +114,12 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
     for run in fresh:
         if run.status not in ("ok", "tests_failed"):
             detail = run.collection_errors[0].message if run.collection_errors else run.output_tail.strip()[-200:]
+            if run.status == "oom":
+                progress = re.findall(r"\[\s*(\d+)%\]", run.output_tail)
+                detail = (f"the suite needed more than the sandbox's {runner.limits.memory_mb} MB"
+                          + (f" at about {progress[-1]}% of its tests" if progress else "")
+                          + "; raise [sandbox] memory_mb in the recipe, or deselect "
+                          "the test that needs it with the project's pytest options")
             raise TestRunError(f"the baseline suite of {runner.snapshot.source} did not run ({run.status}): {detail}",
                                reason=f"baseline_{run.status}")
     agreed = agreed_outcomes(fresh)

@@ -181,3 +181,30 @@ def test_one_line_tracebacks_validate_the_same_tasks(backend, base_image) -> Non
     tasks = [[(t.instance_id, t.FAIL_TO_PASS, t.PASS_TO_PASS, t.patch, t.test_patch) for t in r.tasks] for r in results]
     assert len(tasks[0]) == 2 and tasks[0] == tasks[1]
     assert results[0].rejections == results[1].rejections
+
+
+def test_a_suite_that_outgrows_the_sandbox_memory_is_recorded_with_what_to_change(tmp_path, session_cache, base_image) -> None:  # type: ignore[no-untyped-def]
+    """The baseline's OOM names the limit and the recipe setting to raise."""
+    project = tmp_path / "hungry"
+    (project / "hungry").mkdir(parents=True)
+    (project / "tests").mkdir()
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "hungry"\nversion = "0.1"\n[project.optional-dependencies]\ntest = ["pytest"]\n'
+        '[tool.setuptools]\npackages = ["hungry"]\n')
+    (project / "hungry" / "__init__.py").write_text("def grow(mb):\n    return bytearray(mb << 20)\n")
+    (project / "tests" / "test_small.py").write_text(
+        "".join(f"def test_small_{i}():\n    assert True\n" for i in range(9)))
+    (project / "tests" / "test_zbig.py").write_text(
+        "from hungry import grow\n\ndef test_big():\n    assert len(grow(2048)) > 0\n")
+    recipe = tmp_path / "hungry.toml"
+    recipe.write_text(f'name = "hungry"\nout = "{tmp_path / "out"}"\nsources = ["{project}"]\n'
+                      '[sandbox]\nmemory_mb = 384\n[ray]\naddress = "inline"\n')
+    proc = subprocess.run([sys.executable, "-m", "taskforge.cli", "mine", "--recipe", str(recipe)],
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "TASKFORGE_CACHE": str(session_cache)})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (failure,) = json.loads((tmp_path / "out" / "mine-summary.json").read_text())["failures"].values()
+    assert failure.endswith("[baseline_oom]"), failure
+    assert "did not run (oom): the suite needed more than the sandbox's 384 MB" in failure, failure
+    assert "raise [sandbox] memory_mb in the recipe" in failure
