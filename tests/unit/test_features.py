@@ -310,3 +310,30 @@ def test_features_of_a_real_package_break_only_their_tests(session_cache: Path, 
         assert {t for t in passing if t not in candidate.tests and t.split("::")[0] not in erroring_files} <= still
         checked += 1
     assert checked >= 2
+
+
+def test_functions_attached_to_a_class_at_module_level_are_registrations(tmp_path: Path) -> None:
+    """munch's pattern: optional-dependency support defined at module level, inside ``try``, and
+    attached to the class (``Munch.toJSON = toJSON``, ``classmethod(fromJSON)``). The attachments
+    go with the functions; the emptied ``try`` keeps a ``pass``; the rest still works."""
+    repo = tmp_path / "bag"
+    (repo / "bag").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "bag" / "__init__.py").write_text(
+        'import json\n\n\nclass Bag(dict):\n    def keys_sorted(self):\n        return sorted(self)\n\n\n'
+        'try:\n    import json as _json\n\n    def toJSON(self):\n        return _json.dumps(self, sort_keys=True)\n\n'
+        '    def fromJSON(cls, text):\n        return cls(_json.loads(text))\n\n'
+        '    Bag.toJSON = toJSON\n    Bag.fromJSON = classmethod(fromJSON)\nexcept ImportError:\n    pass\n')
+    (repo / "tests" / "test_bag.py").write_text(
+        'from bag import Bag\n\n\ndef test_keys():\n    assert Bag(b=1, a=2).keys_sorted() == ["a", "b"]\n\n\n'
+        'def test_json():\n    assert Bag(a=1).toJSON() == \'{"a": 1}\'\n    assert Bag.fromJSON(\'{"a": 1}\') == {"a": 1}\n')
+    index = build_index(repo, package_paths=["bag"])
+    removal = LibcstRemovalAgent().remove(repo, index, target="bag:toJSON", strategy="feature",
+                                          members=["bag:toJSON", "bag:fromJSON"])
+    text = removal.files["bag/__init__.py"]
+    assert text is not None and "toJSON" not in text and "fromJSON" not in text and "classmethod" not in text
+    assert "try:\n    import json as _json\nexcept ImportError:" in text
+    apply(repo, removal.files)
+    assert imports_cleanly(repo, ["bag"], ".") == ""
+    outcomes = run_suite(repo, "tests", ".")
+    assert outcomes == {"tests/test_bag.py::test_keys": "PASSED", "tests/test_bag.py::test_json": "FAILED"}

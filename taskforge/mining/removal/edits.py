@@ -22,6 +22,9 @@ from taskforge.repo.symbols import (
 )
 
 __all__ = ["NOT_APPLICABLE", "STRATEGIES", "Removal", "StatementRemover", "Strategy"]
+
+_WRAPPERS = frozenset({"classmethod", "staticmethod", "property"})
+"""Builtins a registration may wrap the attached function in."""
 # The underscored names are shared by the strategies' modules (cst, feature), not public API.
 
 Strategy = Literal["body", "symbol", "module", "feature"]
@@ -436,7 +439,9 @@ class _Editor(StatementRemover):
             kept[0] = kept[0].with_changes(comma=cst.Comma())  # ("a",) stays a tuple
         return value.with_changes(elements=kept)
 
-    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign | cst.RemovalSentinel:
+        if self.drop_refs and not self.stack and self._attaches_removed(updated_node):
+            return cst.RemoveFromParent()
         if self.drop_all and not self.stack and any(dotted_name(t.target) == "__all__" for t in updated_node.targets):
             return updated_node.with_changes(value=self._filter_all(updated_node.value))
         if self.drop_refs and not self.stack:
@@ -449,6 +454,17 @@ class _Editor(StatementRemover):
         if self.drop_refs and not self.stack and updated_node.value is not None:
             return updated_node.with_changes(value=self._filter_entries(updated_node.value))
         return updated_node
+
+    def _attaches_removed(self, node: cst.Assign) -> bool:
+        """A module-level statement that only attaches removed code to an object as an attribute,
+        a registration like a dispatch entry: ``Munch.toJSON = toJSON``, ``Munch.fromJSON =
+        classmethod(fromJSON)`` (inside a top-level ``try`` too; an emptied block gets ``pass``)."""
+        value = node.value
+        if (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in _WRAPPERS
+                and len(value.args) == 1 and value.args[0].keyword is None and not value.args[0].star):
+            value = value.args[0].value
+        return (isinstance(value, cst.Name) and value.value in self.drop_refs
+                and all(isinstance(t.target, cst.Attribute) for t in node.targets))
 
     def _filter_entries(self, value: cst.BaseExpression) -> cst.BaseExpression:
         """A dispatch table without the entries that name removed code: ``{"yaml": to_yaml}``."""
