@@ -32,6 +32,10 @@ __all__ = ["FORMAT", "MANIFEST", "Manifest", "Retraction", "RunInfo", "ShardInfo
 MANIFEST = "manifest.json"
 FORMAT = "taskforge-dataset/1"
 """The manifest's own format; bumped if its fields change."""
+FORMAT_RETRACTED = "taskforge-dataset/2"
+"""The format of a manifest that lists retracted shards: a reader (or writer) from before
+retraction refuses it rather than dropping the record and reusing a retracted name. A manifest
+without retractions keeps format 1, which every version reads."""
 
 
 def utc_now() -> str:
@@ -87,6 +91,8 @@ class Retraction:
     """When (ISO 8601, UTC)."""
     run: int
     """Index of the run that took it out, in ``Manifest.runs``."""
+    done: tuple[str, ...] = ()
+    """Keys of ``Manifest.done`` the retraction took out with it (the source mined again)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -127,7 +133,7 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "format": FORMAT,
+            "format": FORMAT_RETRACTED if self.retracted else FORMAT,
             "kind": self.kind,
             "schema_version": self.schema_version,
             "rows": self.rows,
@@ -144,14 +150,14 @@ class Manifest:
             **({"retracted": [
                 {"shard": {"name": r.shard.name, "rows": r.shard.rows, "sha256": r.shard.sha256,
                            "bytes": r.shard.bytes, "written_at": r.shard.written_at, "run": r.shard.run},
-                 "reason": r.reason, "retracted_at": r.retracted_at, "run": r.run}
+                 "reason": r.reason, "retracted_at": r.retracted_at, "run": r.run, "done": list(r.done)}
                 for r in self.retracted]} if self.retracted else {}),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Manifest:
-        if data.get("format") != FORMAT:
-            raise ValueError(f"format is {data.get('format')!r}, not {FORMAT!r}")
+        if data.get("format") not in (FORMAT, FORMAT_RETRACTED):
+            raise ValueError(f"format is {data.get('format')!r}, not {FORMAT!r} or {FORMAT_RETRACTED!r}")
         manifest = cls(
             kind=data["kind"],
             schema_version=int(data["schema_version"]),
@@ -162,7 +168,8 @@ class Manifest:
             shards=[ShardInfo(**s) for s in data["shards"]],
             done={str(k): dict(v) for k, v in data["done"].items()},
             retracted=[Retraction(shard=ShardInfo(**r["shard"]), reason=str(r["reason"]),
-                                  retracted_at=str(r["retracted_at"]), run=int(r["run"]))
+                                  retracted_at=str(r["retracted_at"]), run=int(r["run"]),
+                                  done=tuple(str(k) for k in r.get("done", ())))
                        for r in data.get("retracted", [])],
         )
         if data["rows"] != manifest.rows:

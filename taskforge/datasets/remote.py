@@ -148,8 +148,11 @@ class RemoteDataset:
         self.staging.mkdir(parents=True, exist_ok=True)
         local = read_manifest(self.staging) if (self.staging / MANIFEST).exists() else None
         copied = 0
+        retracted = {(r.shard.name, r.shard.sha256) for r in local.retracted} if local is not None else set()
         for shard in remote.shards:
             path = self.staging / shard.name
+            if (shard.name, shard.sha256) in retracted:
+                continue  # taken out here, by a run whose push has not happened yet
             if path.is_file() and path.stat().st_size == shard.bytes and sha256_file(path) == shard.sha256:
                 continue
             self._download(shard.name, sha256=shard.sha256, size=shard.bytes)
@@ -255,10 +258,13 @@ class RemoteDataset:
 
 def _ahead(local: Manifest, remote: Manifest) -> bool:
     """Whether ``local`` holds everything ``remote`` does: the same dataset, every remote shard with
-    the same digest, every finished unit of work, and every retraction."""
+    the same digest or retracted since, every finished unit of work or retracted since, and every
+    retraction."""
     if {r.shard.name for r in remote.retracted} - {r.shard.name for r in local.retracted}:
         return False
     if (local.kind, local.schema_version, local.recipe) != (remote.kind, remote.schema_version, remote.recipe):
         return False
-    listed = {s.name: s.sha256 for s in local.shards}
-    return all(listed.get(s.name) == s.sha256 for s in remote.shards) and set(remote.done) <= set(local.done)
+    held = {s.name: s.sha256 for s in local.shards} | {r.shard.name: r.shard.sha256 for r in local.retracted}
+    undone = {key for r in local.retracted for key in r.done}
+    return (all(held.get(s.name) == s.sha256 for s in remote.shards)
+            and set(remote.done) <= set(local.done) | undone)

@@ -63,7 +63,7 @@ class YieldReport:
 
 
 def _cause(row: ProjectRow, target: int, max_attempts: int) -> str:
-    if row.failure:
+    if row.failure and not row.tasks:
         return row.failure
     if row.tasks >= target:
         return ""
@@ -102,12 +102,18 @@ def build_report(
                          tasks=repository["tasks"], rejections=dict(repository.get("rejections", {})))
         row.valid = sum(1 for i, c in checks.items() if source_of.get(i) == row.source and c.get("ok"))
         rows.append(row)
+    mined = {row.source: row for row in rows}
     for source, failure in summary.get("failures", {}).items():
+        if source in mined:  # mined before; a later run of it failed for a reason that kept its tasks
+            mined[source].failure = f"its tasks are from an earlier run; the last run failed: {failure}"
+            continue
         reason = failure.rsplit("[", 1)[-1].rstrip("]") if failure.endswith("]") else ""
         # A repository whose baseline ran but in which no test passes reliably did run one.
         rows.append(ProjectRow(source=source, baseline=reason == "no_passing_tests", failure=failure))
     for row in rows:
         row.cause = _cause(row, target, max_attempts)
+        if row.failure and row.tasks:
+            row.cause = "; ".join(c for c in (row.cause, row.failure) if c)
     rows.sort(key=lambda r: r.source.lower())
     report = YieldReport(rows=rows, target=target, tasks=len(tasks),
                          validated=sum(1 for i, c in checks.items() if i in source_of and c.get("ok"))

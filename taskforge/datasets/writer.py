@@ -245,7 +245,7 @@ class DatasetWriter:
                 + (f", or run `taskforge migrate {self.directory}`" if manifest.schema_version < self.kind.version else ""),
                 reason="schema_version")
         before = _without(_filled(manifest.recipe, self.defaults), self.run_only)
-        now = _without(recipe, self.run_only)
+        now = _without(_filled(recipe, self.defaults), self.run_only)  # follow passes the folder's own recipe
         if before != now:
             changed = ", ".join(f"{key} ({old!r} then, {new!r} now)" for key, old, new in _differences(before, now))
             raise TaskforgeError(
@@ -357,7 +357,7 @@ class DatasetWriter:
                 self._commit(shard, result, done=done)
                 shard = None
             elif done:
-                self._manifest.done.update({k: dict(v) for k, v in done.items()})
+                self._record_done(done, result.shards)
                 self._save()
         except BaseException:
             if shard is not None:
@@ -370,11 +370,11 @@ class DatasetWriter:
         size, digest = shard.finish(self.directory / shard.name)
         self._manifest.shards.append(ShardInfo(name=shard.name, rows=shard.rows, sha256=digest, bytes=size,
                                                written_at=utc_now(), run=len(self._manifest.runs) - 1))
-        if done:
-            self._manifest.done.update({k: dict(v) for k, v in done.items()})
-        self._save()
         result.written += shard.rows
         result.shards.append(shard.name)
+        if done:
+            self._record_done(done, result.shards)
+        self._save()
 
     def retract(self, names: Collection[str], *, reason: str, done: Collection[str] = ()) -> int:
         """Take the shards ``names`` out of the dataset, and the units of work ``done`` out of the
@@ -389,16 +389,26 @@ class DatasetWriter:
             raise TaskforgeError(f"{self.directory} lists no shard {', '.join(sorted(unknown))}", reason="missing_shard")
         keys = set().union(*(self._keys_of(self.directory / s.name) for s in gone)) if gone else set()
         run, now = len(self._manifest.runs) - 1, utc_now()
+        undone = tuple(k for k in done if k in self._manifest.done)
         self._manifest.shards = [s for s in self._manifest.shards if s not in gone]
-        self._manifest.retracted += [Retraction(shard=s, reason=reason, retracted_at=now, run=run) for s in gone]
-        for key in done:
-            self._manifest.done.pop(key, None)
+        self._manifest.retracted += [Retraction(shard=s, reason=reason, retracted_at=now, run=run, done=undone)
+                                     for s in gone]
+        for key in undone:
+            self._manifest.done.pop(key)
         self._save()
         self.keys -= keys
         for shard in gone:
             (self.directory / shard.name).unlink(missing_ok=True)
         fsync_dir(self.directory)
         return sum(s.rows for s in gone)
+
+    def _record_done(self, done: Mapping[str, Mapping[str, Any]], shards: list[str]) -> None:
+        """Record finished units, each with the shards written for it (``shards``: this call's
+        and, for a unit done again, the ones it had), which :meth:`retract` can then name."""
+        listed = {s.name for s in self._manifest.shards}
+        for key, value in done.items():
+            before = [n for n in self._manifest.done.get(key, {}).get("shards", []) if n in listed]
+            self._manifest.done[key] = {**dict(value), "shards": [*before, *(n for n in shards if n not in before)]}
 
     def _save(self) -> None:
         self._manifest.updated_at = utc_now()

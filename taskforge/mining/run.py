@@ -171,10 +171,10 @@ def run_mining(
             status(f"adopted {name}, which an interrupted run had written")
         if stray := sorted(set(replace) - set(again)):
             raise TaskforgeError(f"replace names sources not mined again: {', '.join(stray)}", reason="bad_request")
-        for source in replace:
-            shards = _shards_of(folder, writer.manifest.shards, source)
-            rows = writer.retract(shards, reason=f"mined again with --replace: {source}", done=[source])
-            status(f"{source}: retracted {rows} task(s) in {len(shards)} shard(s) written before; mining it again")
+        # Each replaced source's earlier shards, found now (so that a bad request fails before any
+        # mining) and retracted when its new outcome arrives (so that a failure that says nothing of
+        # the source, such as an unreachable host, keeps them).
+        earlier = {source: _shards_of(folder, writer, source) for source in replace if source in writer.done}
         summary.skipped = [s for s in recipe.sources if s in writer.done and s not in again]
         for source in summary.skipped:
             status(f"{source}: already mined into {recipe.out} ({writer.done[source]['tasks']} tasks); skipped")
@@ -183,7 +183,17 @@ def run_mining(
             status(f"{source}: mined before ({writer.done[source]['tasks']} tasks); mining it again")
         # An earlier failure stays on record until this run's outcome for that source replaces it,
         # so a run killed before reaching a source it retries loses nothing of the summary.
-        failures = {s: why for s, why in previous.get("failures", {}).items() if s not in writer.done}
+        failures = dict(previous.get("failures", {}))
+
+        def retract_earlier(outcome: RepoOutcome) -> None:
+            shards = earlier.pop(outcome.source, None)
+            if shards is None:
+                return
+            if outcome.failure and outcome.reason in TRANSIENT_REASONS:
+                status(f"{outcome.source}: mining it again failed ({outcome.reason}); its earlier tasks are kept")
+                return
+            rows = writer.retract(shards, reason=f"mined again with --replace: {outcome.source}", done=[outcome.source])
+            status(f"{outcome.source}: retracted {rows} task(s) in {len(shards)} shard(s) written before")
 
         def save() -> None:
             summary.rows = writer.manifest.rows
@@ -199,6 +209,7 @@ def run_mining(
 
         for outcome in executor(summary.pending, recipe):
             failures.pop(outcome.source, None)
+            retract_earlier(outcome)
             if outcome.failure:
                 summary.failures[outcome.source] = outcome.failure
                 summary.totals[f"repository_failed:{outcome.reason}"] += 1
@@ -221,20 +232,38 @@ def run_mining(
     return summary
 
 
-def _shards_of(folder: Path, shards: Sequence[Any], source: str) -> list[str]:
-    """The listed shards whose rows are ``source``'s (a shard holds one repository's tasks)."""
+TRANSIENT_REASONS = frozenset({"source_unreachable", "sandbox_unavailable", "worker_died", INTERNAL_ERROR})
+"""Failures that say nothing about the source itself: ``--replace`` keeps its earlier tasks then."""
+
+
+def _shards_of(folder: Path, writer: Any, source: str) -> list[str]:
+    """The shards written for ``source`` by the runs that mined it (not by requests that
+    ``taskforge mine --follow`` served for it, which stay): those its ``done`` record names, or,
+    in a folder written before records named them, the shards whose rows all carry ``source``."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    names = []
-    for shard in shards:
-        column = pq.read_table(folder / shard.name, columns=["source"]).column("source")
-        matching = pc.sum(pc.equal(column, source)).as_py() or 0
-        if matching and matching != shard.rows:
-            raise TaskforgeError(f"{folder / shard.name} mixes {source}'s tasks with others; it cannot be retracted "
-                                 "whole", reason="mixed_shard")
-        if matching:
-            names.append(shard.name)
+    record = writer.done[source]
+    listed = [s.name for s in writer.manifest.shards]
+    if "shards" in record:
+        names = [name for name in record["shards"] if name in listed]
+    else:
+        others = {n for key, r in writer.done.items() if key != source for n in r.get("shards", ())}
+        names = []
+        for shard in writer.manifest.shards:
+            if shard.name in others:
+                continue
+            column = pq.read_table(folder / shard.name, columns=["source"]).column("source")
+            matching = pc.sum(pc.equal(column, source)).as_py() or 0
+            if matching and matching != shard.rows:
+                raise TaskforgeError(f"{folder / shard.name} mixes {source}'s tasks with others; it cannot be "
+                                     "retracted whole", reason="mixed_shard")
+            if matching:
+                names.append(shard.name)
+    if record.get("tasks", 0) and not names:
+        raise TaskforgeError(f"{source}: the dataset lists {record['tasks']} task(s) of it but no shard that holds "
+                             "them (its rows name the source otherwise); --replace cannot tell what to retract",
+                             reason="bad_request")
     return names
 
 

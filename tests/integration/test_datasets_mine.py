@@ -69,11 +69,12 @@ def test_mine_records_its_run_and_a_second_run_resumes(tmp_path: Path, session_c
     assert alone.returncode == 2 and "--again" in alone.stderr
     replaced = _mine(out, session_cache, "--again", SOURCE, "--replace")
     assert replaced.returncode == 0, replaced.stderr[-3000:]
-    assert f"{SOURCE}: retracted 1 task(s) in 1 shard(s) written before; mining it again" in replaced.stderr
+    assert f"{SOURCE}: retracted 1 task(s) in 1 shard(s) written before" in replaced.stderr
     final = verify(out)
     [retraction] = final.retracted
     assert retraction.shard == manifest.shards[0] and retraction.reason == f"mined again with --replace: {SOURCE}"
     assert not (out / retraction.shard.name).exists()
     assert [s.name for s in final.shards] == [retraction.shard.name.replace("-00000", "-00001")]
     assert [t.instance_id for t in read_tasks(out)] == [t.instance_id for t in tasks]
-    assert final.done[SOURCE]["tasks"] == 1
+    assert final.done[SOURCE]["tasks"] == 1 and final.done[SOURCE]["shards"] == [final.shards[0].name]
+    assert retraction.done == (SOURCE,)

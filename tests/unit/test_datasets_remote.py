@@ -158,6 +158,28 @@ def test_a_retraction_reaches_the_remote_after_its_manifest(tmp_path: Path, remo
     assert _ids(read_rows(other)) == _ids(task_rows(30))
 
 
+def test_a_retraction_not_yet_pushed_survives_a_pull(tmp_path: Path, remote_dir: Path, uri: str) -> None:
+    """Killed after retracting (and writing anew) but before the push: the next run's pull must not
+    bring the retracted shard back, and the push after it publishes the retraction."""
+    staging = tmp_path / "staging"
+    _write(staging, task_rows(30), prefix="tasks-a")
+    with DatasetWriter(staging, kind=TASKS, recipe=RECIPE, versions=run_versions(), config=SMALL) as writer:
+        writer.write(task_rows(10, start=30), prefix="tasks-b", done={"pypi:b==1": {"tasks": 10}})
+    remote = RemoteDataset(uri, staging)
+    remote.push()
+    with DatasetWriter(staging, kind=TASKS, recipe=RECIPE, versions=run_versions(), config=SMALL) as writer:
+        writer.retract(["tasks-b-00000.parquet"], reason="mined again", done=["pypi:b==1"])
+        writer.write(task_rows(10, start=30), prefix="tasks-b", done={"pypi:b==1": {"tasks": 10}})
+    assert remote.pull() == 0
+    assert _listed(staging) == ["tasks-a-00000.parquet", "tasks-b-00001.parquet"]
+    assert not (staging / "tasks-b-00000.parquet").exists()
+    with DatasetWriter(staging, kind=TASKS, recipe=RECIPE, versions=run_versions(), config=SMALL):
+        pass  # opens cleanly: nothing unlisted
+    remote.push()
+    assert sorted(os.listdir(remote_dir)) == sorted([MANIFEST, "tasks-a-00000.parquet", "tasks-b-00001.parquet"])
+    assert _ids(read_rows(uri)) == _ids(task_rows(40))
+
+
 def test_pull_brings_a_staging_folder_that_is_behind_up_to_date(tmp_path: Path, uri: str) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     _write(one, task_rows(40))

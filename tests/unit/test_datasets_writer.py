@@ -70,7 +70,7 @@ def test_a_second_run_skips_rows_already_there_and_appends_the_rest(tmp_path: Pa
     assert _ids(tmp_path) == [row["instance_id"] for row in task_rows(80)]
     manifest = read_manifest(tmp_path)
     assert len(manifest.runs) == 2 and [s.run for s in manifest.shards] == [0, 0, 1]
-    assert manifest.done == {"pypi:demo==1": {"tasks": 80}}
+    assert manifest.done == {"pypi:demo==1": {"tasks": 80, "shards": ["tasks-demo-00002.parquet"]}}
 
 
 def test_a_batch_that_repeats_a_key_writes_it_once(tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_a_batch_that_repeats_a_key_writes_it_once(tmp_path: Path) -> None:
 def test_done_alone_is_recorded_when_no_row_is_new(tmp_path: Path) -> None:
     with _writer(tmp_path) as writer:
         result = writer.write([], prefix="tasks-none", done={"pypi:empty==1": {"tasks": 0}})
-    assert result.shards == [] and read_manifest(tmp_path).done == {"pypi:empty==1": {"tasks": 0}}
+    assert result.shards == [] and read_manifest(tmp_path).done == {"pypi:empty==1": {"tasks": 0, "shards": []}}
     assert open_dataset(tmp_path).count_rows() == 0
 
 
@@ -127,6 +127,9 @@ def test_an_option_added_later_resumes_an_older_folder_at_its_default_only(tmp_p
     with pytest.raises(TaskforgeError):  # without defaults, any new key is a change
         DatasetWriter(tmp_path, kind=TASKS, recipe=at_default, versions={})
     with DatasetWriter(tmp_path, kind=TASKS, recipe=at_default, versions={}, defaults=defaults) as writer:
+        assert writer.manifest.recipe == old
+    # `taskforge mine --follow` resumes with the folder's own recipe, which lacks the new keys too.
+    with DatasetWriter(tmp_path, kind=TASKS, recipe=old, versions={}, defaults=defaults) as writer:
         assert writer.manifest.recipe == old
     changed = {"command": "mine", "config": {"seed": 0, "candidates": {"min_tests": 1, "band": "hard", "cap": 1500}}}
     with pytest.raises(TaskforgeError, match=r"config\.candidates\.band \(None then, 'hard' now\)") as err:
@@ -326,10 +329,10 @@ def test_retracted_shards_leave_the_dataset_with_their_reason_and_their_rows_may
     assert not (tmp_path / "tasks-b-00000.parquet").exists()
     manifest = verify(tmp_path)
     assert [s.name for s in manifest.shards] == ["tasks-a-00000.parquet"] and manifest.rows == 40
-    assert manifest.done == {"pypi:a==1": {"tasks": 40}}
+    assert manifest.done == {"pypi:a==1": {"tasks": 40, "shards": ["tasks-a-00000.parquet"]}}
     [retraction] = manifest.retracted
     assert (retraction.shard.name, retraction.shard.rows, retraction.reason) == ("tasks-b-00000.parquet", 10, "mined again")
-    assert retraction.run == 0
+    assert retraction.run == 0 and retraction.done == ("pypi:b==1",)
     assert _ids(tmp_path) == [r["instance_id"] for r in rows[:40]]
     # The rows of a retracted shard are no longer in the folder, so a later run may write them again.
     with _writer(tmp_path) as writer:
