@@ -315,14 +315,21 @@ def _resolve_for_image(
     The cap is the newest release that fits (:func:`_newest_fitting`, pip asked for the image's
     version), so a package with a dozen releases too new costs one more resolution, not a dozen
     (excluding them one at a time ran out of tries on a held-out project); without a fitting wheel
-    to ask about, it is ``name<version``."""
+    to ask about, it is ``name<version``. A ``<=`` cap rules out newer releases that only ship an
+    sdist (pip cannot be asked about those without building them); if the set then fails to
+    resolve, those caps fall back to ``name<version`` and it is tried again."""
     excluded: list[str] = []
+    looser: dict[str, str] = {}  # a wheel-found cap -> the plain one it may fall back to
     for _ in range(_MAX_PYTHON_RETRIES):
         shutil.rmtree(wheelhouse, ignore_errors=True)
         wheelhouse.mkdir()
         try:
             kept, dropped = _resolve(python, project, extras, requirements, wheelhouse, excluded=excluded)
         except DependencyError as err:
+            if looser:
+                excluded = [looser.get(c, c) for c in excluded]
+                looser = {}
+                continue
             if not excluded:
                 raise
             raise DependencyError(
@@ -336,12 +343,18 @@ def _resolve_for_image(
         if own := [w for w in misfits if _wheel_dist(w.name)[0] == canonicalize_name(project.name)]:
             name, version = _wheel_dist(own[0].name)
             older = _newest_fitting(python, image_python, name, version)
-            hint = (f"mine an older release (the newest that fits is {name}=={older.split('<=', 1)[1]})"
-                    if "<=" in older else "no release of it on the index fits")
+            hint = (f"mine an older release (on the package index, the newest release of that name that fits is "
+                    f"{name}=={older.split('<=', 1)[1]})" if "<=" in older else "no release of that name on the "
+                    "package index fits")
             raise DependencyError(
                 f"{project.name} {version} requires Python {_requires_python(own[0])} and the environment image "
                 f"has {image_python}: {hint}", reason="python_mismatch")
-        excluded += [_newest_fitting(python, image_python, *_wheel_dist(w.name)) for w in misfits]
+        for wheel in misfits:
+            name, version = _wheel_dist(wheel.name)
+            cap = _newest_fitting(python, image_python, name, version)
+            excluded.append(cap)
+            if "<=" in cap:
+                looser[cap] = f"{name}<{version}"
     raise DependencyError(
         f"cannot resolve the dependencies of {project.name} for the image's Python {image_python}: "
         f"every release tried requires a newer one (tried last with {', '.join(excluded[-3:])})",

@@ -337,3 +337,11 @@ def test_functions_attached_to_a_class_at_module_level_are_registrations(tmp_pat
     assert imports_cleanly(repo, ["bag"], ".") == ""
     outcomes = run_suite(repo, "tests", ".")
     assert outcomes == {"tests/test_bag.py::test_keys": "PASSED", "tests/test_bag.py::test_json": "FAILED"}
+    # Attached to what the module does not define (a library's class), it is no registration.
+    other = tmp_path / "other"
+    (other / "bag").mkdir(parents=True)
+    (other / "bag" / "__init__.py").write_text(
+        "import json\n\n\ndef default(self, o):\n    return str(o)\n\n\njson.JSONEncoder.default = default\n")
+    with pytest.raises(TaskforgeError, match="module-level code of bag still uses default"):
+        LibcstRemovalAgent().remove(other, build_index(other, package_paths=["bag"]), target="bag:default",
+                                    strategy="feature", members=["bag:default"])

@@ -88,7 +88,76 @@ def test_a_project_too_new_for_the_image_names_the_newest_release_that_fits(tmp_
         _resolve_for_image(sys.executable, "3.11.2", project, [], [], tmp_path / "wheels")
     assert caught.value.reason == "python_mismatch"
     assert str(caught.value) == ("proj 1.1 requires Python >=3.11.5 and the environment image has 3.11.2: mine an "
-                                 "older release (the newest that fits is proj==0.9)")
+                                 "older release (on the package index, the newest release of that name that fits is "
+                                 "proj==0.9)")
+
+
+_BACKEND = """
+import base64, hashlib, os, zipfile
+
+NAME, VERSION = open("NAME").read().split()
+
+
+def _metadata():
+    return f"Metadata-Version: 2.1\\nName: {NAME}\\nVersion: {VERSION}\\n"
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def prepare_metadata_for_build_wheel(directory, config_settings=None):
+    info = os.path.join(directory, f"{NAME}-{VERSION}.dist-info")
+    os.makedirs(info)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write(_metadata())
+    return os.path.basename(info)
+
+
+def build_wheel(directory, config_settings=None, metadata_directory=None):
+    name = f"{NAME}-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(directory, name), "w") as archive:
+        archive.writestr(f"{NAME}/__init__.py", "")
+        archive.writestr(f"{NAME}-{VERSION}.dist-info/METADATA", _metadata())
+        archive.writestr(f"{NAME}-{VERSION}.dist-info/WHEEL", "Wheel-Version: 1.0\\nGenerator: t\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n")
+        archive.writestr(f"{NAME}-{VERSION}.dist-info/RECORD", "")
+    return name
+"""
+
+
+def _sdist(folder: Path, name: str, version: str) -> Path:
+    """An sdist that pip builds offline: its own in-tree build backend, no build requirements."""
+    import io
+    import tarfile
+
+    base = f"{name}-{version}"
+    files = {
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
+        "backend.py": _BACKEND,
+        "NAME": f"{name} {version}",
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+    }
+    path = folder / f"{base}.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        for rel, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{base}/{rel}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_newer_fitting_release_that_only_ships_an_sdist_is_not_capped_away(tmp_path: Path, index: Path) -> None:
+    """The wheel-found cap (helper<=2.4) would rule out 2.6, an sdist that fits and that the project
+    needs (helper>=2.5); the set then fails, and the cap falls back to helper<3.0."""
+    _wheel(index, "helper", "2.4", requires_python=">=3.8")
+    _sdist(index, "helper", "2.6")
+    _wheel(index, "helper", "3.0", requires_python=">=3.11.5")
+    project = _ProjectWheel(path=_wheel(tmp_path, "proj", "0.1", depends="helper>=2.5"), name="proj",
+                            provides_extra=frozenset(), dist_info={}, top_level=("proj",), console_scripts={})
+    wheelhouse = tmp_path / "wheels"
+    _resolve_for_image(sys.executable, "3.11.2", project, [], [], wheelhouse)
+    assert sorted(w.name.split("-")[1] for w in wheelhouse.glob("helper-*")) == ["2.6"]
 
 
 def test_no_release_fits_fails_the_build_or_drops_a_test_requirement(tmp_path: Path, index: Path) -> None:

@@ -277,6 +277,8 @@ class _Editor(StatementRemover):
         self.import_action = import_action
         self.drop_all = drop_all or set()
         self.stack: list[str] = []
+        self.classes: set[str] = set()
+        """Classes the module defines at its top level (seen so far)."""
         self.decorated_class: list[bool] = []  # parallel to stack
         self.seen: dict[str, int] = {}
         self.deleted: list[tuple[str, cst.BaseStatement]] = []
@@ -324,6 +326,8 @@ class _Editor(StatementRemover):
         return self._leave(original_node, updated_node)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        if not self.stack:
+            self.classes.add(node.name.value)
         return self._enter(node)
 
     def leave_ClassDef(
@@ -456,15 +460,18 @@ class _Editor(StatementRemover):
         return updated_node
 
     def _attaches_removed(self, node: cst.Assign) -> bool:
-        """A module-level statement that only attaches removed code to an object as an attribute,
-        a registration like a dispatch entry: ``Munch.toJSON = toJSON``, ``Munch.fromJSON =
-        classmethod(fromJSON)`` (inside a top-level ``try`` too; an emptied block gets ``pass``)."""
+        """A module-level statement that only attaches removed code to a class of this module as
+        an attribute, a registration like a dispatch entry: ``Munch.toJSON = toJSON``,
+        ``Munch.fromJSON = classmethod(fromJSON)`` (inside a top-level ``try`` too; an emptied
+        block gets ``pass``). Attaching it to anything else (``json.JSONEncoder.default = f``)
+        changes code the feature does not own, so that still refuses the removal."""
         value = node.value
         if (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in _WRAPPERS
                 and len(value.args) == 1 and value.args[0].keyword is None and not value.args[0].star):
             value = value.args[0].value
         return (isinstance(value, cst.Name) and value.value in self.drop_refs
-                and all(isinstance(t.target, cst.Attribute) for t in node.targets))
+                and all(isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
+                        and t.target.value.value in self.classes for t in node.targets))
 
     def _filter_entries(self, value: cst.BaseExpression) -> cst.BaseExpression:
         """A dispatch table without the entries that name removed code: ``{"yaml": to_yaml}``."""
