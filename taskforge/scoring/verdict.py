@@ -42,11 +42,11 @@ def task_canaries(task: Task) -> list[Twin]:
 
 def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[str]) -> list[Part]:
     """The runs of one scoring. Without canaries, one. With them, two, alike in what they show:
-    both run every FAIL_TO_PASS test, in one sorted selection, and each takes a random half of
-    PASS_TO_PASS. The twinned tests are dealt at random into two halves; each run holds one
-    half's tests as themselves and the other half's twins *in their place, under their names*,
-    so no run holds a test and its twin. The deal, the halves and the twin of each test are new
-    every scoring."""
+    both run every FAIL_TO_PASS test, in one sorted selection, and PASS_TO_PASS is shared out
+    between them *by file* (``_deal_files``). The twinned tests are dealt at random into two
+    halves; each run holds one half's tests as themselves and the other half's twins *in their
+    place, under their names*, so no run holds a test and its twin. The deal, the halves and the
+    twin of each test are new every scoring."""
     chosen_set = set(selected)
     twins = [t for t in task_canaries(task) if set(t.tests) <= chosen_set]
     if not twins:
@@ -59,10 +59,7 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
     order = list(chosen)
     rng.shuffle(order)
     halves = ([chosen[k] for k in order[0::2]], [chosen[k] for k in order[1::2]])
-    fail_to_pass = set(task.FAIL_TO_PASS)
-    others = [t for t in selected if t not in fail_to_pass]
-    rng.shuffle(others)
-    shared = [t for t in selected if t in fail_to_pass]
+    shared, dealt = _deal_files(selected, set(task.FAIL_TO_PASS), rng)
 
     def with_twins(group: list[Twin]) -> dict[str, bytes | None]:
         placed = dict(changes)
@@ -77,8 +74,39 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
     def ids(group: list[Twin]) -> frozenset[str]:
         return frozenset(i for twin in group for i in twin.tests)
 
-    return [Part(changes=with_twins(halves[1]), select=sorted([*shared, *others[0::2]]), canaries=ids(halves[1])),
-            Part(changes=with_twins(halves[0]), select=sorted([*shared, *others[1::2]]), canaries=ids(halves[0]))]
+    return [Part(changes=with_twins(halves[1]), select=sorted([*shared, *dealt[0]]), canaries=ids(halves[1])),
+            Part(changes=with_twins(halves[0]), select=sorted([*shared, *dealt[1]]), canaries=ids(halves[0]))]
+
+
+def _test_file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _deal_files(selected: list[str], fail_to_pass: set[str],
+                rng: random.Random) -> tuple[list[str], tuple[list[str], list[str]]]:
+    """The tests both runs select, and the two runs' shares of the rest.
+
+    A file's selected tests stay together, as they ran in the baseline: tests of one file often
+    share state in the order they run (pydash's ``test_unique_id_setup`` resets the counter that
+    the next test's cases count on, after a doctest has moved it), and a test-by-test deal parts
+    them, so that the gold patch fails a test that has nothing to do with the task. So every test
+    of a file that holds a FAIL_TO_PASS test runs in both runs, beside it; the other files are
+    dealt whole, at random, each to the run with fewer tests so far (the largest first)."""
+    shared_files = {_test_file(t) for t in selected if t in fail_to_pass}
+    shared = [t for t in selected if _test_file(t) in shared_files]
+    by_file: dict[str, list[str]] = {}
+    for test in selected:
+        if _test_file(test) not in shared_files:
+            by_file.setdefault(_test_file(test), []).append(test)
+    files = list(by_file)
+    rng.shuffle(files)
+    files.sort(key=lambda f: len(by_file[f]), reverse=True)  # stable: equal sizes stay shuffled
+    dealt: tuple[list[str], list[str]] = ([], [])
+    for file in files:
+        sizes = (len(dealt[0]), len(dealt[1]))
+        side = 0 if sizes[0] < sizes[1] else 1 if sizes[1] < sizes[0] else rng.randrange(2)
+        dealt[side].extend(by_file[file])
+    return shared, dealt
 
 
 @dataclass(frozen=True, slots=True)

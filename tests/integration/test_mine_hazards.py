@@ -4,8 +4,9 @@ fresh processes, then validating and scoring what it wrote, as a user's harness 
 ``hazard``: test modules named by ``python_files`` inside the package, ``--doctest-modules`` with
 doctests in the modules tasks remove code from, warnings as errors with a pytest plugin installed
 (the fork server cannot serve it), tests parametrized over a set (seed-dependent ids) and one whose
-outcome depends on a set's order, a test that depends on timing, ids with ``.py`` and spaces, and hidden tests that implement a
-pytest hook whose signature pytest's hookspec also has. ``onefile``: one top-level module, and a
+outcome depends on a set's order, a test that depends on timing, ids with ``.py`` and spaces, hidden tests that implement a
+pytest hook whose signature pytest's hookspec also has, and tests that share state in the order
+they run. ``onefile``: one top-level module, and a
 pytest plugin installed that does not fit the environment's pytest. ``lengths``: objects built
 while the package is imported (read from the source, any of their dunders may run then; only
 ``__init__`` does), and docs that are doctests (``--doctest-glob=*.rst``).
@@ -96,18 +97,31 @@ def test_tests_are_where_pytest_finds_them_and_doctests_are_never_fail_to_pass(h
     out, _ = hazard
     tasks = read_tasks(out)
     targets = {(t.strategy, t.target) for t in tasks}
-    # Hidden tests in hazard/tests.py (python_files) and hazard/check_generated.py: test code, so
-    # they are in test_patch, never in the gold patch.
+    # Hidden tests in hazard/tests.py (python_files), hazard/check_generated.py and
+    # hazard/check_ids.py: test code, so they are in test_patch, never in the gold patch.
     assert ("symbol", "hazard.words:reverse_words") in targets
     for task in tasks:
         assert not any(is_doctest_id(t) for t in task.FAIL_TO_PASS), task.instance_id
-        assert "hazard/tests.py" not in task.patch and "check_generated" not in task.patch
-        assert "hazard/tests.py" in task.test_patch or "check_generated" in task.test_patch
+        hidden = ("hazard/tests.py", "check_generated", "check_ids")
+        assert not any(name in task.patch for name in hidden)
+        assert any(name in task.test_patch for name in hidden)
     # Doctests of the modules the gold patch restores are PASS_TO_PASS; ids hold ".py" and spaces.
     body = next(t for t in tasks if t.target == "hazard.words:title_words" and t.strategy == "body")
     assert "hazard/words.py::hazard.words.count_vowels" in body.PASS_TO_PASS
     assert "hazard/words.py" in body.patch
     assert any("[a b.py]" in t for t in body.PASS_TO_PASS)
+
+
+def test_tests_that_share_state_in_order_are_never_parted(hazard) -> None:  # type: ignore[no-untyped-def]
+    """Each case of check_ids.py counts on the ones before it in the file. Scoring deals
+    PASS_TO_PASS to its two runs by file (``verdict.plan_runs``), so the gate rejects no task
+    over them, and they are PASS_TO_PASS of every task that leaves hazard/ids.py alone."""
+    out, summary = hazard
+    assert not any("check_ids" in r["detail"] for r in summary["rejected"]), summary["rejected"]
+    tasks = [t for t in read_tasks(out) if not t.target.startswith("hazard.ids")]
+    assert tasks
+    for task in tasks:
+        assert {"hazard/check_ids.py::test_ids_reset", "hazard/check_ids.py::test_next_id[b-b3]"} <= set(task.PASS_TO_PASS)
 
 
 def test_a_pytest_hook_in_the_hidden_tests_is_no_leak(hazard) -> None:  # type: ignore[no-untyped-def]

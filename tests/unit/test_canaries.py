@@ -163,8 +163,9 @@ def test_non_ascii_lines_are_edited_at_the_right_columns() -> None:
 
 def test_the_two_runs_of_a_scoring_look_alike_and_never_hold_a_test_with_its_twin() -> None:
     """The scorer's plan (taskforge.scoring.verdict.plan_runs): both runs select every FAIL_TO_PASS
-    test, sorted; PASS_TO_PASS is split between them; each twinned id is a canary in exactly one
-    run and itself in the other; the file of each run has the twin in the test's place."""
+    test, sorted; PASS_TO_PASS is split between them by file, and the PASS_TO_PASS tests of a file
+    that holds FAIL_TO_PASS tests run in both; each twinned id is a canary in exactly one run and
+    itself in the other; the file of each run has the twin in the test's place."""
     import json
     from dataclasses import replace
 
@@ -174,7 +175,11 @@ def test_the_two_runs_of_a_scoring_look_alike_and_never_hold_a_test_with_its_twi
 
     twinned = [f"{FILE}::test_parse", f"{FILE}::TestThing::test_truthy", f"{FILE}::test_member"]
     fail_to_pass = [*twinned, f"{FILE}::test_param[1]"]
-    pass_to_pass = [f"tests/test_other.py::test_{n}" for n in range(9)]
+    beside = [f"{FILE}::test_beside_{n}" for n in range(3)]
+    sizes = {"tests/test_a.py": 5, "tests/test_b.py": 3, "tests/test_c.py": 2, "tests/test_d.py": 2,
+             "tests/test_e.py": 1}
+    elsewhere = [f"{file}::test_{n}" for file, size in sizes.items() for n in range(size)]
+    pass_to_pass = [*beside, *elsewhere]
     twins = make_twins({FILE: SOURCE}, fail_to_pass, seed="t")
     base = Task.from_row(task_rows(1)[0])
     task = replace(base, FAIL_TO_PASS=tuple(fail_to_pass), PASS_TO_PASS=tuple(pass_to_pass),
@@ -184,9 +189,12 @@ def test_the_two_runs_of_a_scoring_look_alike_and_never_hold_a_test_with_its_twi
         first, second = plan_runs(task, {FILE: SOURCE.encode()}, selected)
         assert first.select == sorted(first.select) and second.select == sorted(second.select)
         assert set(fail_to_pass) <= set(first.select) and set(fail_to_pass) <= set(second.select)
-        others = [set(part.select) - set(fail_to_pass) for part in (first, second)]
-        assert others[0].isdisjoint(others[1]) and others[0] | others[1] == set(pass_to_pass)
-        assert abs(len(others[0]) - len(others[1])) <= 1
+        assert set(beside) <= set(first.select) and set(beside) <= set(second.select)
+        others = [set(part.select) - set(fail_to_pass) - set(beside) for part in (first, second)]
+        assert others[0].isdisjoint(others[1]) and others[0] | others[1] == set(elsewhere)
+        assert sorted(len(o) for o in others) == [6, 7]  # 5 | 3 + 2 + ... dealt largest first
+        for file in sizes:  # a file's tests go together
+            assert sum(any(t.startswith(file + "::") for t in o) for o in others) == 1
         assert first.canaries.isdisjoint(second.canaries)
         assert first.canaries | second.canaries == {i for t in twins for i in t.tests}
         for part in (first, second):
