@@ -410,10 +410,12 @@ def _feature_context(removal: Removal, source_paths: Sequence[str], index: Symbo
 
 
 def finding_detail(findings: Sequence[Mapping[str, Any]]) -> str:
-    """``path (channel): match`` of the first finding, and how many more there are."""
+    """``path (channel): match: item; ...`` of the first finding (each kind of evidence with the
+    item it matched, strongest first, as the scanner ranks them), and how many more there are."""
     first = findings[0]
     more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
-    return f"{first.get('path', '?')} ({first.get('kind', '?')}): {first.get('match', '')}"[:400] + more
+    matched = first.get("detail") or first.get("match", "")
+    return f"{first.get('path', '?')} ({first.get('kind', '?')}): {matched}"[:400] + more
 
 
 def scrub_and_audit(task: Task, checked: Checked, ctx: Context) -> tuple[Task, Fingerprint] | Rejected:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from taskforge.guest.scanner import scan
 from taskforge.mining.audit.scan import audit_task_state
+from taskforge.mining.checks import finding_detail
 from taskforge.repo.sources import fetch
 from taskforge.repo.startstate import write_start_state
 
@@ -55,6 +56,10 @@ def test_a_constant_naming_a_file_that_is_still_there_is_not_a_finding(tmp_path:
     (start / "pkg" / "ledgerio.py.orig").write_text(MODULE)
     leaked = scan({"fingerprints": {"task": fingerprint.to_json()}, "roots": [str(start)]})["findings"]["task"]
     assert [f["path"] for f in leaked] == [str(start / "pkg" / "ledgerio.py.orig")]
+    # A rejection names the file, the channel and what matched there, item by item.
+    detail = finding_detail(leaked)
+    assert detail.startswith(f"{start / 'pkg' / 'ledgerio.py.orig'} (text): "), detail
+    assert "docstring: Yield each reconciliation row" in detail, detail
 
 
 def _nested_zip(levels: int, payload: bytes) -> bytes:
