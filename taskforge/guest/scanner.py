@@ -731,21 +731,6 @@ class _Evidence:
             self.stretches.setdefault(task, []).extend(stretches)
 
 
-def _drop_short_constants(evidence: _Evidence) -> None:
-    """In an unknown binary of megabytes (``BINARY_NGRAM_BYTES``) a short string constant is no
-    evidence: its packed strings hold every short phrase ("Hello, world!", "first_name"), and
-    ruff's 24 MB executable held enough of pydash's hidden tests' ones to reject a task. A prose
-    constant (``STRONG``), a docstring, a dotted name or a test id still counts there."""
-    for entries in evidence.by_task.values():
-        for key in [k for k, (match, _, weight) in entries.items() if match == "constant" and weight < STRONG]:
-            del entries[key]
-    for families in evidence.items.values():
-        if "constant" in families:
-            families["constant"] = {c for c in families["constant"] if _constant_weight(c) >= STRONG}
-    for task in [t for t, entries in evidence.by_task.items() if not entries]:
-        del evidence.by_task[task]
-
-
 def _match_names(index: _Index, names: Iterable[str], evidence: _Evidence, context: str) -> None:
     """Names in a defining context: a code object, a symbol table entry, a Java method."""
     for name in names:
@@ -1703,8 +1688,6 @@ class _Scanner:
         strings = _PRINTABLE_B.findall(data)
         _match_text(self.index, "\n".join(s.decode("ascii") for s in strings), evidence, binary=True,
                     ngrams=source_like)
-        if not source_like:
-            _drop_short_constants(evidence)
         self._report(label, (*chain, kind), evidence)
 
     def _pyc(self, data: bytes, label: str, chain: tuple[str, ...]) -> None:

@@ -103,33 +103,3 @@ def test_what_the_scan_leaves_unread_makes_the_start_state_unclean(tmp_path: Pat
     unscanned = sorted((f["path"].split("!")[0].rsplit("/", 1)[-1], f["kind"]) for f in audit.findings)
     assert unscanned == [("deep.zip", "unscanned"), ("huge.bin", "unscanned")], audit.findings
     assert not audit.clean
-
-
-def test_short_constants_are_no_evidence_in_a_binary_of_megabytes(tmp_path: Path) -> None:
-    """A hidden test's short string constants turn up in any executable of megabytes (ruff's held
-    pydash's "Hello, world!" and "first_name"): there they count for nothing, while the same
-    strings in a small binary, and a prose constant in a big one, are still found."""
-    from taskforge.guest.scanner import BINARY_NGRAM_BYTES
-    from taskforge.mining.audit.fingerprint import Fingerprint
-
-    short = ["Hello, world!", "vegetables_basket", "first_name_field"]
-    prose = "the ledger reconciliation failed on every single row"
-    fingerprint = Fingerprint(n=8, ngrams=[], anchors=[], signatures=[], names=[], constants=[*short, prose],
-                              docstrings=[], test_ids=[], bodies={})
-
-    def binary(size: int, strings: list[str]) -> bytes:
-        body = b"\x00\x7fELF\x00" + b"".join(s.encode() + b"\x00\x01" for s in strings)
-        return body + bytes(range(256)) * ((size - len(body)) // 256 + 1)
-
-    def found(name: str, data: bytes) -> list[str]:
-        root = tmp_path / name
-        root.mkdir()
-        (root / "tool").write_bytes(data)
-        request = {"fingerprints": {"task": fingerprint.to_json()}, "roots": [str(root)],
-                   "max_file_bytes": 4 * BINARY_NGRAM_BYTES}
-        return [f["detail"] for f in scan(request)["findings"].get("task", [])]
-
-    assert found("small", binary(100_000, short))  # two medium constants and more: reported
-    assert found("big", binary(BINARY_NGRAM_BYTES + 1, short)) == []
-    (detail,) = found("big-prose", binary(BINARY_NGRAM_BYTES + 1, [*short, prose]))
-    assert "ledger reconciliation" in detail and "Hello" not in detail, detail
