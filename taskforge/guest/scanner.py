@@ -135,6 +135,17 @@ BINARY_NGRAM_BYTES = 4 * 1024 * 1024
 (constants, dotted names, docstrings, test ids), not for n-grams of source code: they hold no
 source, and their megabytes of text make every combination of common words appear."""
 
+PROGRAM_CONSTANT_CHARS = 24
+"""In a compiled program or library (:func:`program_format`), a string constant shorter than this
+and not prose (``_constant_weight`` below STRONG) is evidence only beside other evidence: a
+program's string tables hold tens of thousands of short words and labels (a 24 MB linter held 15
+of one project's hidden test strings), while a compiled copy of the removed code also holds its
+names, docstrings, longer strings or test ids. A long single word (a URL, a regex) still counts."""
+PROGRAM_CLUSTER = 3
+PROGRAM_CLUSTER_CHARS = 512
+"""... or when this many distinct short constants of one task lie within this many characters of
+the program's strings: a copied test's data, not words scattered over megabytes."""
+
 MIN_ENCODED_BYTES = 48
 """Encoded blobs (base64, hex) are decoded only if they hold at least this many bytes: a dozen
 tokens of code, about what one n-gram spans. Hashes and ids (a sha256 is 32 bytes) stay below."""
@@ -1528,6 +1539,8 @@ class _Scanner:
                 pass
             elif head.startswith(_LZMA_ALONE) and self._stream(data, name, label, chain, depth, "lzma"):
                 pass
+            elif self._prefixed_zip(data, name, label, chain, depth):
+                pass
             elif (wide := _wide_text(data)) is not None:
                 encoding, text = wide
                 self._text(text.encode("utf-8", "surrogatepass"), name, label, (*chain, encoding), depth + 1)
@@ -1685,10 +1698,32 @@ class _Scanner:
         if not gated.items and not (gated.ngrams and source_like):
             return
         evidence = _Evidence()
-        strings = _PRINTABLE_B.findall(data)
-        _match_text(self.index, "\n".join(s.decode("ascii") for s in strings), evidence, binary=True,
-                    ngrams=source_like)
+        strings = "\n".join(s.decode("ascii") for s in _PRINTABLE_B.findall(data))
+        _match_text(self.index, strings, evidence, binary=True, ngrams=source_like)
+        if program_format(data) is not None:
+            _discount_program_constants(evidence, strings)
         self._report(label, (*chain, kind), evidence)
+
+    def _prefixed_zip(self, data: bytes, name: str, label: str, chain: tuple[str, ...], depth: int) -> bool:
+        """A zip archive behind a prefix: a zipapp, pex or shiv behind its shebang, a
+        self-extracting archive behind its program. Its members are scanned as any zip's, and
+        the prefix as what it is. False if ``data`` does not end in a zip that opens."""
+        if data.rfind(b"PK\x05\x06", max(0, len(data) - _ZIP_TAIL_BYTES)) <= 0:
+            return False
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                start = min((member.header_offset for member in archive.infolist()), default=0)
+        except (zipfile.BadZipFile, ValueError, struct.error, OSError, EOFError):
+            return False
+        if start <= 0:
+            return False
+        self._content(data[:start], name, label, chain, depth + 1)
+        try:
+            self._zip(data, label, chain, depth)
+        except (ValueError, EOFError, KeyError, OSError, RuntimeError, NotImplementedError, zlib.error,
+                lzma.LZMAError, zipfile.BadZipFile, struct.error) as err:
+            self.skipped.append({"path": label, "reason": f"zip behind a prefix: {type(err).__name__}: {err}"[:200]})
+        return True
 
     def _pyc(self, data: bytes, label: str, chain: tuple[str, ...]) -> None:
         try:
@@ -1857,6 +1892,86 @@ class _Scanner:
                 "chain": ">".join(chain),
                 "evidence": [{"match": match, "value": value, "weight": weight} for match, value, weight in ranked],
             })
+
+
+_ZIP_TAIL_BYTES = 22 + 0xFFFF
+"""The end-of-central-directory record and the longest comment a zip can end with."""
+_ELF_PROGRAM_TYPES = (1, 2, 3)
+"""ELF ``e_type`` of an object file, an executable and a shared library (4 is a core dump)."""
+_MACHO_MAGIC = {b"\xfe\xed\xfa\xce": ">", b"\xfe\xed\xfa\xcf": ">", b"\xce\xfa\xed\xfe": "<",
+                b"\xcf\xfa\xed\xfe": "<"}
+_MACHO_PROGRAM_TYPES = (1, 2, 6, 8)
+"""Mach-O ``filetype`` of an object file, an executable, a dynamic library and a bundle (4 is a
+core dump)."""
+
+
+def program_format(data: bytes) -> str | None:
+    """``elf``, ``mach-o`` or ``pe`` if ``data`` is a compiled program or library (an executable,
+    a shared library, an object file) by its header; None otherwise. A core dump is an image of
+    memory, not a program: None."""
+    if data[:4] == b"\x7fELF" and len(data) >= 18 and data[5:6] in (b"\x01", b"\x02"):
+        e_type = int.from_bytes(data[16:18], "little" if data[5] == 1 else "big")
+        return "elf" if e_type in _ELF_PROGRAM_TYPES else None
+    order = _MACHO_MAGIC.get(data[:4])
+    if order is not None and len(data) >= 16:
+        filetype = struct.unpack_from(f"{order}I", data, 12)[0]
+        return "mach-o" if filetype in _MACHO_PROGRAM_TYPES else None
+    if data[:4] == b"\xca\xfe\xba\xbe" and len(data) >= 8 and 0 < int.from_bytes(data[4:8], "big") < 32:
+        return "mach-o"  # a universal binary (a Java class file, same magic, was read before)
+    if data[:2] == b"MZ" and len(data) >= 0x40:
+        offset = int.from_bytes(data[0x3C:0x40], "little")
+        return "pe" if data[offset:offset + 4] == b"PE\x00\x00" else None
+    return None
+
+
+def _discount_program_constants(evidence: _Evidence, strings: str) -> None:
+    """Drop the short constants (``PROGRAM_CONSTANT_CHARS``) a compiled program's ``strings``
+    matched for a task, unless other evidence of that task is there too or they cluster
+    (``PROGRAM_CLUSTER``)."""
+    for task, entries in evidence.by_task.items():
+        short = [key for key, (match, _, weight) in entries.items()
+                 if match == "constant" and weight < STRONG and len(key[1]) < PROGRAM_CONSTANT_CHARS]
+        if not short or len(short) < len(entries) or _clustered(strings, [key[1] for key in short]):
+            continue
+        for key in short:
+            del entries[key]
+        evidence.items.get(task, {}).get("constant", set()).difference_update(key[1] for key in short)
+    evidence.by_task = {task: entries for task, entries in evidence.by_task.items() if entries}
+
+
+def _clustered(strings: str, constants: Sequence[str], per_constant: int = 256) -> bool:
+    """Whether ``PROGRAM_CLUSTER`` distinct ``constants`` occur within ``PROGRAM_CLUSTER_CHARS`` of
+    one another in ``strings``. Overlapping occurrences (``vegetable`` in ``vegetables``) are one."""
+    if len(constants) < PROGRAM_CLUSTER:
+        return False
+    spans: list[tuple[int, int, str]] = []
+    for constant in constants:
+        at = strings.find(constant)
+        for _ in range(per_constant):
+            if at < 0:
+                break
+            spans.append((at, at + len(constant), constant))
+            at = strings.find(constant, at + 1)
+    spans.sort()
+    hits: list[tuple[int, str]] = []  # (start, the longest constant of overlapping spans)
+    end = -1
+    for start, stop, constant in spans:
+        if hits and start < end:
+            if len(constant) > len(hits[-1][1]):
+                hits[-1] = (hits[-1][0], constant)
+            end = max(end, stop)
+            continue
+        hits.append((start, constant))
+        end = stop
+    for i, (start, _) in enumerate(hits):
+        window: set[str] = set()
+        for at, constant in hits[i:]:
+            if at - start > PROGRAM_CLUSTER_CHARS:
+                break
+            window.add(constant)
+            if len(window) >= PROGRAM_CLUSTER:
+                return True
+    return False
 
 
 def _reading(name: str, data: bytes) -> tuple[bool, bool]:

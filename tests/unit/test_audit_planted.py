@@ -26,6 +26,7 @@ import json
 import lzma
 import os
 import py_compile
+import random
 import shutil
 import site
 import sqlite3
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import zipapp
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -631,6 +633,100 @@ def test_compiled_java_class(tmp_path: Path, tasks: dict[str, Task], strategy: s
     members = {("name", "java member fold_widget_header"), ("name", "java member _merge_continuations")}
     # Method names are evidence only where the task removed them.
     assert members <= evidence if strategy == "symbol" else not members & evidence
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled programs, core dumps and archives behind a prefix
+# ---------------------------------------------------------------------------------------------
+
+SHORT_CONSTANTS = ("continued-stanza", "gear teeth", "#widget-remark", "stanza-overflow:")
+"""Short strings of the body task's hidden tests and removed body: each alone is weak evidence;
+two of them in one file reach the report score."""
+
+
+def _header(kind: str) -> bytes:
+    """The start of a file of ``kind``: the real interpreter's ELF header (a program), the same
+    marked as a core dump, a Mach-O executable, a PE program, or no known format."""
+    elf = Path(sys.executable).resolve().read_bytes()[:64]
+    if kind == "elf":
+        return elf
+    if kind == "elf-core":
+        return elf[:16] + (4).to_bytes(2, "little" if elf[5] == 1 else "big") + elf[18:]
+    if kind == "mach-o":
+        return b"\xcf\xfa\xed\xfe" + (0x01000007).to_bytes(4, "little") + bytes(4) + (2).to_bytes(4, "little")
+    if kind == "pe":
+        return b"MZ" + bytes(0x3A) + (0x40).to_bytes(4, "little") + b"PE\x00\x00" + bytes(20)
+    return b"\x00BLOB\x00"
+
+
+def _binary_with(kind: str, strings: tuple[str, ...], *, spacing: int) -> bytes:
+    """A binary of ``kind`` holding ``strings`` NUL-terminated, ``spacing`` bytes of machine code
+    (seeded noise) apart: a program's string table is far from source."""
+    noise = random.Random(7).randbytes(spacing)
+    body = b"".join(noise + s.encode() + b"\x00" for s in strings)
+    return _header(kind) + body + noise
+
+
+@pytest.mark.parametrize("kind", ["elf", "mach-o", "pe"])
+def test_compiled_program_holding_short_strings_by_chance(tmp_path: Path, tasks: dict[str, Task], kind: str) -> None:
+    # A linter's executable held a dozen of a project's short test strings, scattered over
+    # megabytes among its own: that is no copy of the tests.
+    task = tasks["body"]
+    ws = workspace(tmp_path / "ws", task)
+    (ws / "bin").mkdir()
+    (ws / "bin/linter").write_bytes(_binary_with(kind, SHORT_CONSTANTS, spacing=64 * 1024))
+    assert task.audit(ws) == []
+
+
+@pytest.mark.parametrize("kind", ["elf-core", "blob"])
+def test_short_strings_count_in_a_core_dump_or_unknown_binary(tmp_path: Path, tasks: dict[str, Task],
+                                                              kind: str) -> None:
+    # A core dump is the memory of a process, which may have run the original code: the same
+    # scattered strings are evidence there, as in any binary that is not a program.
+    task = tasks["body"]
+    ws = workspace(tmp_path / "ws", task)
+    (ws / "core.1234").write_bytes(_binary_with(kind, SHORT_CONSTANTS, spacing=64 * 1024))
+    findings = task.audit(ws)
+    assert located(findings, ws) == {("core.1234", "binary")}
+    assert sorted(e["match"] for e in findings[0]["evidence"]) == ["constant"] * len(SHORT_CONSTANTS)
+
+
+def test_short_strings_that_cluster_in_a_program_count(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    # Three of the hidden tests' strings side by side in a program's data: copied test data.
+    task = tasks["body"]
+    ws = workspace(tmp_path / "ws", task)
+    (ws / "libstanza.so").write_bytes(_binary_with("elf", SHORT_CONSTANTS[:3], spacing=40))
+    assert located(task.audit(ws), ws) == {("libstanza.so", "binary")}
+
+
+def test_short_strings_beside_other_evidence_in_a_program_count(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    # A compiled module of the original also holds a name of the removed code: then its short
+    # strings count with it, however far apart.
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    name = next(n for n in task.fingerprint.names if "." not in n and not n.startswith("test"))
+    program = _binary_with("elf", (*SHORT_CONSTANTS[:2], f"def {name}(x):"), spacing=64 * 1024)
+    (ws / "headers.cpython-311-x86_64-linux-gnu.so").write_bytes(program)
+    findings = task.audit(ws)
+    assert located(findings, ws) == {("headers.cpython-311-x86_64-linux-gnu.so", "binary")}
+    assert {e["match"] for e in findings[0]["evidence"]} >= {"name", "constant"}
+
+
+@pytest.mark.parametrize("prefix", ["shebang", "program"])
+def test_zip_behind_a_prefix(tmp_path: Path, tasks: dict[str, Task], prefix: str) -> None:
+    # A zipapp (compressed, behind its shebang) or a self-extracting program with the original
+    # package appended: the members are read, not the compressed bytes as a binary.
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    source = write_tree(tmp_path / "app", {"stanzakit/headers.py": (ORIGINAL / "stanzakit/headers.py").read_text(),
+                                             "__main__.py": "import stanzakit.headers\n"})
+    zipapp.create_archive(source, tmp_path / "app.pyz", interpreter="/usr/bin/env python3", compressed=True)
+    archive = (tmp_path / "app.pyz").read_bytes()
+    if prefix == "program":
+        archive = _binary_with("elf", (), spacing=256 * 1024) + archive.split(b"\n", 1)[1]
+    (ws / "tools").mkdir()
+    (ws / "tools/app").write_bytes(archive)
+    assert located(task.audit(ws), ws) == {("tools/app!/stanzakit/headers.py", "zip")}
 
 
 # ---------------------------------------------------------------------------------------------
