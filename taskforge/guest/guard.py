@@ -125,28 +125,48 @@ _baseline = _snapshot()
 _objects: dict[str, Any] = {key: value for name in _WATCHED for key, value in _members(name)}  # keeps ids valid
 
 
-def _origin(obj: Any) -> str | None:
-    """The file an object's code was written in; None when there is none to find."""
+_REAL: dict[str, str] = {}
+
+
+def _real(path: str) -> str:
+    """``os.path.realpath`` of ``path``, once per path: the checks after every test ask again for
+    the same few hundred files, and resolving each costs a dozen ``lstat`` calls."""
+    real = _REAL.get(path)
+    if real is None:
+        real = _REAL[path] = os.path.realpath(path)
+    return real
+
+
+def _written_in(obj: Any) -> str | None:
+    """The file an object's code was written in, as its code names it; None when there is none."""
     for candidate in (obj, getattr(obj, "__func__", None), getattr(obj, "fget", None), getattr(obj, "__wrapped__", None)):
         code = getattr(candidate, "__code__", None)
         if code is not None:
-            return os.path.realpath(code.co_filename)
+            return str(code.co_filename)
     module = sys.modules.get(getattr(obj, "__module__", None) or "")
     file = getattr(module, "__file__", None)
     if isinstance(obj, type) and isinstance(file, str):
-        return os.path.realpath(file)
+        return file
     if type(obj).__name__ in ("builtin_function_or_method", "method_descriptor", "wrapper_descriptor"):
         return "<builtin>"
     return None
 
 
 def _suspect(obj: Any) -> str | None:
-    """Why ``obj`` (a replacement or a hook implementation) is the candidate's, or None."""
-    origin = _origin(obj)
-    if origin is None:
-        return "untraceable"
-    if origin in _candidate:
-        return origin
+    """Why ``obj`` (a replacement or a hook implementation) is the candidate's, or None. The file
+    counts as named and as resolved: a candidate's folder swapped for a link elsewhere after its
+    module was imported still names the candidate's file."""
+    file = _written_in(obj)
+    return "untraceable" if file is None else _candidate_file(file)
+
+
+def _candidate_file(file: str) -> str | None:
+    """``file`` as the candidate wrote it (resolved, or as named) if it is one of theirs."""
+    if file == "<builtin>":
+        return None
+    for path in (_real(file), os.path.normpath(file)):
+        if path in _candidate:
+            return path
     return None
 
 
@@ -164,8 +184,8 @@ class _Guard:
         for entry in [*sys.meta_path, *sys.path_hooks]:
             if id(entry) in _HOOKS_AT_START:
                 continue
-            origin = _origin(entry) or _origin(type(entry))
-            if origin is not None and origin in _candidate:
+            file = _written_in(entry) or _written_in(type(entry))
+            if file is not None and (origin := _candidate_file(file)) is not None:
                 self.note(f"import hook {type(entry).__name__} installed from {origin}")
         modules = _WATCHED if full else _EVERY_TEST
         current = {key: value for name in modules for key, value in _members(name)}

@@ -149,6 +149,26 @@ def test_an_import_hook_from_the_candidates_code(tmp_path: Path) -> None:
     assert any(f.startswith("import hook Finder installed from") for f in _run(tmp_path, hook))
 
 
+def test_a_hook_from_a_candidate_file_later_swapped_for_a_link(tmp_path: Path) -> None:
+    # The hook's code still names the candidate's file; resolved, the path now leads into the
+    # standard library. Named or resolved, it is the candidate's.
+    hook = FEATURE + textwrap.dedent("""\
+        import gc, os, sys
+        import _pytest.config
+
+        def pytest_runtest_makereport(item, call):
+            return None
+
+        config = next(o for o in gc.get_objects() if isinstance(o, _pytest.config.Config))
+        config.pluginmanager.register(sys.modules[__name__], "helper")
+        here = os.path.abspath(__file__)
+        os.rename(here, here + ".moved")
+        os.symlink(os.__file__, here)
+    """)
+    findings = _run(tmp_path, hook)
+    assert any(f.startswith("hook pytest_runtest_makereport implemented in") for f in findings), findings
+
+
 def test_an_audit_hook_from_the_candidates_code(tmp_path: Path) -> None:
     hook = FEATURE + "import sys\nsys.addaudithook(lambda event, args: None)\n"
     assert any(f.startswith("an audit hook added from") for f in _run(tmp_path, hook))
