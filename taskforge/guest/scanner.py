@@ -528,6 +528,8 @@ class _Task:
     tests: dict[str, str]
     """pattern -> node id."""
     bodies: dict[str, frozenset[str]]
+    modules: tuple[str, ...] = ()
+    """How a compiled build of the project names the modules the task changed."""
     def_names: frozenset[str] = frozenset()
     """Names whose ``def``/``class`` is evidence: the bare names and the signatures' names."""
     dotted_items: tuple[str, ...] = ()
@@ -585,6 +587,7 @@ def _build_task(task_id: str, data: Mapping[str, Any]) -> _Task:
         tests=tests,
         bodies={q: frozenset(ns) for q, ns in dict(data.get("bodies", {})).items()},
         copy_ngrams=frozenset(int(h) for h in data.get("copy_ngrams", ())),
+        modules=tuple(str(m) for m in data.get("modules", ())),
     )
     task.stretch_ngrams = task.ngrams | task.copy_ngrams if task.copy_ngrams else task.ngrams
     task.def_names = frozenset(bare) | frozenset(signatures)
@@ -1551,9 +1554,14 @@ class _Scanner:
         except (ValueError, EOFError, KeyError, IndexError, TypeError, OSError, MemoryError,
                 RecursionError, RuntimeError, zlib.error, lzma.LZMAError, binascii.Error, zipfile.BadZipFile,
                 tarfile.TarError, sqlite3.Error, struct.error) as err:
-            # A damaged or unexpected file (a truncated archive, an encrypted zip member, an
-            # unsupported compression method): say so and go on with the rest of the image.
+            # A damaged or unexpected file (a truncated archive, a broken directory): say so, read
+            # its raw bytes as any binary's, and go on with the rest of the image.
             self.skipped.append({"path": label, "reason": f"{type(err).__name__}: {err}"[:200]})
+            if depth < MAX_DEPTH:
+                try:
+                    self._binary(data, label, chain, "binary")
+                except (ValueError, MemoryError, RecursionError) as again:
+                    self.skipped.append({"path": label, "reason": f"raw bytes: {type(again).__name__}: {again}"[:200]})
 
     def _text(self, data: bytes, name: str, label: str, chain: tuple[str, ...], depth: int) -> None:
         is_json, is_html = _reading(name, data)
@@ -1701,7 +1709,7 @@ class _Scanner:
         strings = "\n".join(s.decode("ascii") for s in _PRINTABLE_B.findall(data))
         _match_text(self.index, strings, evidence, binary=True, ngrams=source_like)
         if program_format(data) is not None:
-            _discount_program_constants(evidence, strings)
+            _discount_program_constants(evidence, strings, self.index)
         self._report(label, (*chain, kind), evidence)
 
     def _prefixed_zip(self, data: bytes, name: str, label: str, chain: tuple[str, ...], depth: int) -> bool:
@@ -1718,11 +1726,7 @@ class _Scanner:
         if start <= 0:
             return False
         self._content(data[:start], name, label, chain, depth + 1)
-        try:
-            self._zip(data, label, chain, depth)
-        except (ValueError, EOFError, KeyError, OSError, RuntimeError, NotImplementedError, zlib.error,
-                lzma.LZMAError, zipfile.BadZipFile, struct.error) as err:
-            self.skipped.append({"path": label, "reason": f"zip behind a prefix: {type(err).__name__}: {err}"[:200]})
+        self._zip(data, label, chain, depth)
         return True
 
     def _pyc(self, data: bytes, label: str, chain: tuple[str, ...]) -> None:
@@ -1751,6 +1755,7 @@ class _Scanner:
 
     def _zip(self, data: bytes, label: str, chain: tuple[str, ...], depth: int) -> None:
         budget = self.max_file_bytes * INFLATE_FACTOR
+        unreadable = False
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             for member in archive.infolist():
                 if member.is_dir() or member.file_size == 0:
@@ -1759,8 +1764,19 @@ class _Scanner:
                     self.skipped.append({"path": f"{label}!/{member.filename}", "reason": "member too large"})
                     continue
                 budget -= member.file_size
-                self._content(archive.read(member), member.filename, f"{label}!/{member.filename}",
-                              (*chain, "zip"), depth + 1)
+                try:
+                    content = archive.read(member)
+                except (RuntimeError, NotImplementedError, ValueError, EOFError, OSError, zlib.error,
+                        lzma.LZMAError, zipfile.BadZipFile, struct.error) as err:
+                    # Encrypted, an unknown compression, a bad checksum: the other members are
+                    # still read, and the archive's raw bytes below (a stored member is plain).
+                    reason = f"{type(err).__name__}: {err}"[:200]
+                    self.skipped.append({"path": f"{label}!/{member.filename}", "reason": reason})
+                    unreadable = True
+                    continue
+                self._content(content, member.filename, f"{label}!/{member.filename}", (*chain, "zip"), depth + 1)
+        if unreadable:
+            self._binary(data, label, chain, "binary")
 
     def _tar(self, data: bytes, label: str, chain: tuple[str, ...], depth: int) -> None:
         budget = self.max_file_bytes * INFLATE_FACTOR
@@ -1924,14 +1940,16 @@ def program_format(data: bytes) -> str | None:
     return None
 
 
-def _discount_program_constants(evidence: _Evidence, strings: str) -> None:
+def _discount_program_constants(evidence: _Evidence, strings: str, index: _Index) -> None:
     """Drop the short constants (``PROGRAM_CONSTANT_CHARS``) a compiled program's ``strings``
-    matched for a task, unless other evidence of that task is there too or they cluster
-    (``PROGRAM_CLUSTER``)."""
+    matched for a task, unless other evidence of that task is there too, they cluster
+    (``PROGRAM_CLUSTER``), or the program names a module the task changed: then it was built
+    from the project (Cython, mypyc, Nuitka), and a removed body shows in it only as its strings."""
     for task, entries in evidence.by_task.items():
         short = [key for key, (match, _, weight) in entries.items()
                  if match == "constant" and weight < STRONG and len(key[1]) < PROGRAM_CONSTANT_CHARS]
-        if not short or len(short) < len(entries) or _clustered(strings, [key[1] for key in short]):
+        if (not short or len(short) < len(entries) or _clustered(strings, [key[1] for key in short])
+                or any(module in strings for module in index.tasks[task].modules)):
             continue
         for key in short:
             del entries[key]

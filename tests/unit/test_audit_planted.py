@@ -712,6 +712,36 @@ def test_short_strings_beside_other_evidence_in_a_program_count(tmp_path: Path, 
     assert {e["match"] for e in findings[0]["evidence"]} >= {"name", "constant"}
 
 
+def test_a_build_of_the_project_keeps_its_short_strings(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    # A Cython, mypyc or Nuitka build of the original module names it; a removed body shows in
+    # it only as its strings, short ones included.
+    task = tasks["body"]
+    assert "stanzakit.headers" in task.fingerprint.modules
+    ws = workspace(tmp_path / "ws", task)
+    program = _binary_with("elf", ("stanzakit/headers.py", *SHORT_CONSTANTS[:2]), spacing=64 * 1024)
+    (ws / "stanzakit/headers.cpython-311-x86_64-linux-gnu.so").write_bytes(program)
+    assert located(task.audit(ws), ws) == {("stanzakit/headers.cpython-311-x86_64-linux-gnu.so", "binary")}
+
+
+def test_a_zip_member_that_cannot_be_read_leaves_the_others_read(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    # An unsupported compression method on the first member (as an encrypted one fails too): the
+    # stored original behind it is still read, as a member and in the archive's raw bytes.
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    with zipfile.ZipFile(tmp_path / "bundle.zip", "w", zipfile.ZIP_STORED) as zipped:
+        zipped.writestr("README", "nothing here\n" * 20)
+        zipped.writestr("stanzakit/headers.py", (ORIGINAL / "stanzakit/headers.py").read_bytes())
+    bundle = bytearray((tmp_path / "bundle.zip").read_bytes())
+    for header in (b"PK\x03\x04", b"PK\x01\x02"):  # the first member's method: 99
+        offset = bundle.index(header) + (8 if header == b"PK\x03\x04" else 10)
+        bundle[offset:offset + 2] = b"c\x00"
+    (ws / "tools").mkdir()
+    (ws / "tools/bundle.zip").write_bytes(bytes(bundle))
+    (ws / "tools/installer").write_bytes(_binary_with("elf", (), spacing=4096) + bytes(bundle))
+    assert located(task.audit(ws), ws) >= {("tools/bundle.zip!/stanzakit/headers.py", "zip"),
+                                           ("tools/installer!/stanzakit/headers.py", "zip")}
+
+
 @pytest.mark.parametrize("prefix", ["shebang", "program"])
 def test_zip_behind_a_prefix(tmp_path: Path, tasks: dict[str, Task], prefix: str) -> None:
     # A zipapp (compressed, behind its shebang) or a self-extracting program with the original

@@ -136,6 +136,11 @@ class Fingerprint:
     bodies: dict[str, list[str]] = field(default_factory=dict)
     """Hollowed function (qualname) -> the names its removed body used (body tasks): its bytecode
     lists them, the start state's ``raise NotImplementedError`` does not."""
+    modules: list[str] = field(default_factory=list)
+    """The source modules the task changed, as a compiled build of the project names them
+    (``pkg.mod`` and ``pkg/mod.py``; ``mod.py`` for a top-level module). No evidence themselves: a
+    compiled program that names one was built from the project, so its short strings count in
+    full (``taskforge.guest.scanner.PROGRAM_CONSTANT_CHARS``)."""
     copies: list[dict[str, str]] = field(default_factory=list)
     """Start-state files that keep a copy of the removed implementation where the project's code
     does not live (:mod:`taskforge.mining.audit.original`): ``path``, ``kind``, ``detail``. The
@@ -163,6 +168,7 @@ class Fingerprint:
             "docstrings": list(self.docstrings),
             "test_ids": list(self.test_ids),
             "bodies": {qualname: list(names) for qualname, names in self.bodies.items()},
+            "modules": list(self.modules),
             "copies": [dict(copy) for copy in self.copies],
         }
 
@@ -178,6 +184,7 @@ class Fingerprint:
             docstrings=[str(s) for s in data.get("docstrings", ())],
             test_ids=[str(s) for s in data.get("test_ids", ())],
             bodies={str(q): [str(n) for n in ns] for q, ns in dict(data.get("bodies", {})).items()},
+            modules=[str(m) for m in data.get("modules", ())],
             copies=[{str(k): str(v) for k, v in dict(copy).items()} for copy in data.get("copies", ())],
         )
 
@@ -622,10 +629,29 @@ def build_fingerprint(
         docstrings=sorted(docstrings),
         test_ids=tests,
         bodies={q: sorted(used) for q, used in sorted(bodies.items())},
+        modules=_module_names([path for path in changed if path not in test_files and not _looks_like_tests(path)],
+                              known),
     )
     removed = Removed.of((run for loss in losses for run in loss.implementation), n=n,
                          originals={path: before[path] for path in changed})
     return _against_the_original(fingerprint, visible, ngrams, removed, changed)
+
+
+def _module_names(paths: Sequence[str], known: set[str]) -> list[str]:
+    """How a compiled build names the modules at ``paths``: ``pkg.mod`` and ``pkg/mod.py`` (from
+    the package root, not ``src/``), or ``mod.py`` alone for a top-level module (a bare word
+    names too much)."""
+    found: set[str] = set()
+    for path in paths:
+        dotted = _module_name(path, known)
+        if dotted is None:
+            continue
+        pure = PurePosixPath(path)
+        depth = dotted.count(".") + (1 if pure.stem == "__init__" else 0)
+        found.add("/".join(pure.parts[len(pure.parts) - depth - 1:]))
+        if "." in dotted:
+            found.add(dotted)
+    return sorted(found)
 
 
 def _looks_like_tests(path: str) -> bool:
@@ -664,5 +690,6 @@ def _against_the_original(
         docstrings=[d for d in fingerprint.docstrings if d not in found.get("docstring", set())],
         test_ids=[t for t in fingerprint.test_ids if t not in found.get("test_id", set())],
         bodies={q: ns for q, ns in fingerprint.bodies.items() if q not in found.get("body", set())},
+        modules=list(fingerprint.modules),
         copies=comparison.copies,
     )
