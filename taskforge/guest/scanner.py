@@ -1299,8 +1299,9 @@ def _encoded_word(word: bytes) -> bool:
 
 
 def _b64decode(encoded: bytes) -> bytes | None:
-    plain = _NOT_B64.sub(b"", encoded.translate(bytes.maketrans(b"-_", b"+/")))
-    plain = plain[:len(plain) - len(plain) % 4]
+    plain = _NOT_B64.sub(b"", encoded.translate(bytes.maketrans(b"-_", b"+/"))).rstrip(b"=")
+    # The last group keeps its bytes: padded, not cut (a cut tail broke a third of encoded wheels).
+    plain = plain[:len(plain) - 1] if len(plain) % 4 == 1 else plain + b"=" * (-len(plain) % 4)
     try:
         return binascii.a2b_base64(plain)
     except binascii.Error:
@@ -1536,6 +1537,8 @@ class _Scanner:
                 pass
             elif len(data) > 262 and data[257:262] == b"ustar":
                 self._tar(data, label, chain, depth)
+            elif head.startswith(b"!<arch>\n"):
+                self._ar(data, label, chain, depth)
             elif head[:1] == b"x" and _GIT_LOOSE_RE.search(name):
                 self._git_loose(data, label, chain, depth)
             elif _ZLIB_HEADER.match(head) and self._stream(data, name, label, chain, depth, "zlib"):
@@ -1791,6 +1794,35 @@ class _Scanner:
                 handle = archive.extractfile(member)
                 if handle is not None:
                     self._content(handle.read(), member.name, f"{label}!/{member.name}", (*chain, "tar"), depth + 1)
+
+    def _ar(self, data: bytes, label: str, chain: tuple[str, ...], depth: int) -> None:
+        """A Unix ``ar`` archive: a static library (``.a``: its objects are read as the programs
+        they are) or a Debian package (``.deb``: its control and data tarballs)."""
+        names = b""
+        at = 8
+        while at + 60 <= len(data):
+            header = data[at:at + 60]
+            if header[58:60] != b"`\n":
+                raise ValueError(f"ar: bad member header at {at}")
+            size = int(header[48:58].strip() or b"0")
+            content = data[at + 60:at + 60 + size]
+            at += 60 + size + (size & 1)
+            raw = header[:16].rstrip(b" ")
+            if raw == b"//":  # GNU: the long names
+                names = content
+                continue
+            if raw in (b"/", b"/SYM64/", b"__.SYMDEF", b"__.SYMDEF SORTED"):  # symbol tables
+                continue
+            if raw.startswith(b"/") and raw[1:].isdigit():
+                start = int(raw[1:])
+                end = names.find(b"/\n", start)
+                raw = names[start:end if end >= 0 else len(names)]
+            elif raw.startswith(b"#1/") and raw[3:].isdigit():  # BSD: the name opens the data
+                length = int(raw[3:])
+                raw, content = content[:length].rstrip(b"\x00"), content[length:]
+            name = raw.rstrip(b"/").decode("utf-8", "replace")
+            if content:
+                self._content(content, name, f"{label}!/{name}", (*chain, "ar"), depth + 1)
 
     def _compressed(self, data: bytes, name: str, label: str, chain: tuple[str, ...], depth: int, kind: str) -> None:
         limit = self.max_file_bytes

@@ -22,6 +22,7 @@ import codecs
 import compileall
 import gzip
 import importlib.util
+import io
 import json
 import lzma
 import os
@@ -740,6 +741,58 @@ def test_a_zip_member_that_cannot_be_read_leaves_the_others_read(tmp_path: Path,
     (ws / "tools/installer").write_bytes(_binary_with("elf", (), spacing=4096) + bytes(bundle))
     assert located(task.audit(ws), ws) >= {("tools/bundle.zip!/stanzakit/headers.py", "zip"),
                                            ("tools/installer!/stanzakit/headers.py", "zip")}
+
+
+def _ar_archive(members: Mapping[str, bytes]) -> bytes:
+    """A GNU ``ar`` archive (``ar rc``), long names in its ``//`` table."""
+    table = b"".join(name.encode() + b"/\n" for name in members if len(name) > 15)
+    out = [b"!<arch>\n"]
+    if table:
+        out.append(b"//".ljust(48) + str(len(table)).encode().ljust(10) + b"`\n" + table + b"\n" * (len(table) & 1))
+    offset = 0
+    for name, content in members.items():
+        if len(name) > 15:
+            field = f"/{offset}".encode()
+            offset += len(name) + 2
+        else:
+            field = f"{name}/".encode()
+        header = field.ljust(16) + b"0".ljust(12) + b"0".ljust(6) + b"0".ljust(6) + b"100644".ljust(8)
+        out.append(header + str(len(content)).encode().ljust(10) + b"`\n" + content + b"\n" * (len(content) & 1))
+    return b"".join(out)
+
+
+def test_a_static_library_is_read_as_the_objects_it_holds(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    # libpython3.11.a held two of a project's short test strings in two objects: objects are
+    # programs, and a static library is no unknown blob.
+    task = tasks["body"]
+    ws = workspace(tmp_path / "ws", task)
+    objects = {f"module_{i}_with_a_long_name.o": _binary_with("elf", (constant,), spacing=8192)
+               for i, constant in enumerate(SHORT_CONSTANTS)}
+    (ws / "libthing.a").write_bytes(_ar_archive(objects))
+    assert task.audit(ws) == []
+
+
+def test_a_debian_package_is_opened(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:xz") as tar:
+        tar.add(ORIGINAL / "stanzakit/headers.py", arcname="./usr/lib/python3/dist-packages/stanzakit/headers.py")
+    deb = _ar_archive({"debian-binary": b"2.0\n", "control.tar.gz": gzip.compress(b"\0" * 1024),
+                       "data.tar.xz": data.getvalue()})
+    (ws / "python3-stanzakit_1.0_all.deb").write_bytes(deb)
+    path = "python3-stanzakit_1.0_all.deb!/data.tar.xz!/usr/lib/python3/dist-packages/stanzakit/headers.py"
+    assert located(task.audit(ws), ws) == {(path, "ar")}
+
+
+def test_base64_keeps_its_last_group() -> None:
+    # A base64 blob whose data is not a multiple of 3 bytes lost its last bytes, and an embedded
+    # wheel of such a size read as a damaged zip.
+    for size in range(1, 64):
+        data = bytes(range(size))
+        encoded = base64.b64encode(data)
+        assert scanner._b64decode(encoded) == data
+        assert scanner._b64decode(encoded.rstrip(b"=")) == data
 
 
 @pytest.mark.parametrize("prefix", ["shebang", "program"])
