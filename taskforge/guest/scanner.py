@@ -890,6 +890,9 @@ def _short(text: str, limit: int = 80) -> str:
 # ---------------------------------------------------------------------------------------------
 
 _PYC_MAGIC = importlib.util.MAGIC_NUMBER
+_MARSHALLED_CODE = (b"c\x00", b"\xe3\x00")
+"""How ``marshal.dumps`` of a code object starts (TYPE_CODE, with or without FLAG_REF, then a small
+argument count): a frozen module, an entry of PyInstaller's archive."""
 _GIT_LOOSE_RE = re.compile(r"(?:^|/)objects/[0-9a-f]{2}/[0-9a-f]{38}$")
 _GIT_TYPES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 _TEXT_SUFFIXES_JSON = (".json", ".ipynb")
@@ -1219,8 +1222,13 @@ _LZMA_ALONE = b"\x5d\x00\x00"
 _KNOWN_HEADS = (
     b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"PK\x03\x04", b"PK\x05\x06", b"PACK", _LZMA_ALONE,
     b"SQLite format 3\x00", b"# v2 git bundle\n", b"# v3 git bundle\n", b"\xff\xfe", b"\xfe\xff",
-    b"\x00\x00\xfe\xff",
+    b"\x00\x00\xfe\xff", *_MARSHALLED_CODE, b"!<arch>\n",
 )
+_EMBEDDED_RE = re.compile(rb"x[\x5e\x9c\xda]|\x1f\x8b\x08|\xfd7zXZ\x00|BZh[1-9]1AY&SY")
+"""Where a compressed stream may start inside a binary: zlib (the default, best and middle levels;
+``x\\x01``, level 1, is in every binary's machine code a hundred times as often), gzip, xz, bzip2."""
+_EMBEDDED_CHUNK = 256 * 1024
+_EMBEDDED_PEEK = 16 * 1024
 _CONTROL = bytes(c for c in range(32) if c not in (9, 10, 12, 13))
 _HEX_ESCAPE_WORDS = frozenset(b"x%02x" % i for i in range(256)) | frozenset(b"x%02X" % i for i in range(256))
 _HEX_LITERAL_WORDS = frozenset(b"0" + word for word in _HEX_ESCAPE_WORDS)
@@ -1550,8 +1558,11 @@ class _Scanner:
             elif (wide := _wide_text(data)) is not None:
                 encoding, text = wide
                 self._text(text.encode("utf-8", "surrogatepass"), name, label, (*chain, encoding), depth + 1)
+            elif head.startswith(_MARSHALLED_CODE) and self._marshalled(data, label, chain):
+                pass
             elif b"\x00" in data[:8192]:
                 self._binary(data, label, chain, "pyc" if name.endswith((".pyc", ".pyo")) else "binary")
+                self._embedded(data, name, label, chain, depth)
             else:
                 self._text(data, name, label, chain, depth)
         except (ValueError, EOFError, KeyError, IndexError, TypeError, OSError, MemoryError,
@@ -1714,6 +1725,64 @@ class _Scanner:
         if program_format(data) is not None:
             _discount_program_constants(evidence, strings, self.index)
         self._report(label, (*chain, kind), evidence)
+
+    def _embedded(self, data: bytes, name: str, label: str, chain: tuple[str, ...], depth: int) -> None:
+        """Compressed streams inside a binary, wherever they start: a frozen application's archive
+        (PyInstaller's zlib entries of marshalled code), a compiled module's compressed string
+        table (Cython), a tarball behind an installer. A stream whose start inflates to text or a
+        known format is inflated whole (within the decoding budget) and scanned."""
+        if depth >= MAX_DEPTH:
+            return
+        resume = 0
+        view = memoryview(data)
+        for match in _EMBEDDED_RE.finditer(data):
+            at = match.start()
+            if at < resume:
+                continue  # inside a stream already read
+            kind = {0x78: "zlib", 0x1F: "gzip", 0xFD: "xz"}.get(data[at], "bz2")
+            peek = _inflater(kind)
+            try:
+                head = peek.decompress(view[at:at + _EMBEDDED_PEEK], _PEEK_CHARS)
+            except (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError):
+                continue
+            if len(head) < min(MIN_ENCODED_BYTES, _PEEK_CHARS) and not peek.eof or not head:
+                continue
+            if not _worth_scanning(head):
+                continue
+            inflater, pieces, size, pos = _inflater(kind), [], 0, at
+            try:
+                while not inflater.eof and pos < len(data) and size <= self.decode_left:
+                    chunk = view[pos:pos + _EMBEDDED_CHUNK]
+                    piece = inflater.decompress(chunk, self.decode_left + 1 - size)
+                    pos += len(chunk) - len(getattr(inflater, "unconsumed_tail", b"")) - len(inflater.unused_data)
+                    pieces.append(piece)
+                    size += len(piece)
+                    if not piece and getattr(inflater, "unconsumed_tail", b"") == b"" and not chunk:
+                        break
+            except (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError):
+                pass  # what inflated before the damage is still read
+            where = f"{label}!@{at:#x}"
+            if size > self.decode_left:
+                self.skipped.append({"path": where, "reason": f"decoding past the budget ({kind} stream inflating "
+                                                              f"past {self.decode_left} bytes)"})
+                return
+            self.decode_left -= size
+            resume = pos
+            self._content(b"".join(pieces), name, where, (*chain, kind), depth + 1)
+
+    def _marshalled(self, data: bytes, label: str, chain: tuple[str, ...]) -> bool:
+        """A bare marshalled code object (a frozen module, PyInstaller's archive entry): its code
+        is read as a pyc's. False if ``data`` is not one."""
+        try:
+            code = marshal.loads(data)
+        except (ValueError, EOFError, TypeError):
+            return False
+        if not isinstance(code, types.CodeType):
+            return False
+        evidence = _Evidence()
+        _match_code(self.index, code, evidence)
+        self._report(label, (*chain, "code"), evidence)
+        return True
 
     def _prefixed_zip(self, data: bytes, name: str, label: str, chain: tuple[str, ...], depth: int) -> bool:
         """A zip archive behind a prefix: a zipapp, pex or shiv behind its shebang, a
@@ -1951,6 +2020,14 @@ _MACHO_MAGIC = {b"\xfe\xed\xfa\xce": ">", b"\xfe\xed\xfa\xcf": ">", b"\xce\xfa\x
 _MACHO_PROGRAM_TYPES = (1, 2, 6, 8)
 """Mach-O ``filetype`` of an object file, an executable, a dynamic library and a bundle (4 is a
 core dump)."""
+
+
+def _inflater(kind: str) -> Any:
+    if kind == "zlib":
+        return zlib.decompressobj()
+    if kind == "gzip":
+        return zlib.decompressobj(wbits=31)
+    return lzma.LZMADecompressor() if kind == "xz" else bz2.BZ2Decompressor()
 
 
 def program_format(data: bytes) -> str | None:

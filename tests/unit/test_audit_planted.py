@@ -25,6 +25,7 @@ import importlib.util
 import io
 import json
 import lzma
+import marshal
 import os
 import py_compile
 import random
@@ -783,6 +784,30 @@ def test_a_debian_package_is_opened(tmp_path: Path, tasks: dict[str, Task]) -> N
     (ws / "python3-stanzakit_1.0_all.deb").write_bytes(deb)
     path = "python3-stanzakit_1.0_all.deb!/data.tar.xz!/usr/lib/python3/dist-packages/stanzakit/headers.py"
     assert located(task.audit(ws), ws) == {(path, "ar")}
+
+
+@pytest.mark.parametrize("payload", ["frozen", "tarball"])
+def test_compressed_streams_inside_a_program(tmp_path: Path, tasks: dict[str, Task], payload: str) -> None:
+    # A frozen application (PyInstaller: the project's modules marshalled, each a zlib stream in
+    # an archive appended to the program) and an installer with a tarball behind its code.
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    source = (ORIGINAL / "stanzakit/headers.py").read_text()
+    if payload == "frozen":
+        inner = zlib.compress(marshal.dumps(compile(source, "stanzakit/headers.py", "exec")))
+        kind = "zlib"
+    else:
+        tarball = io.BytesIO()
+        with tarfile.open(fileobj=tarball, mode="w:gz") as tar:
+            info = tarfile.TarInfo("stanzakit/headers.py")
+            info.size = len(source.encode())
+            tar.addfile(info, io.BytesIO(source.encode()))
+        inner = tarball.getvalue()
+        kind = "tar"
+    (ws / "tools").mkdir()
+    (ws / "tools/app").write_bytes(_binary_with("elf", (), spacing=64 * 1024) + inner + bytes(4096))
+    found = located(task.audit(ws), ws)
+    assert found and all(path.startswith("tools/app!@0x") and k == kind for path, k in found), found
 
 
 def test_base64_keeps_its_last_group() -> None:
