@@ -41,7 +41,17 @@ _CHUNK = 1 << 16
 # PID 1 of every sandbox: reaps whatever is reparented to it, forever. Not Docker's init: that
 # exits with its child, and the reap below (kill -9 -1) kills every process but PID 1.
 _REAPER = (
-    "import os, time\n"
+    "import os, sys, time\n"
+    # HOME, made here rather than by an exec of its own (a round trip to the engine per container),
+    # as the sandbox user: a container that starts as root (the scoring supervisor's) drops to it.
+    "uid, gid = int(sys.argv[1]), int(sys.argv[2])\n"
+    "if os.getuid() != 0:\n"
+    "    os.makedirs('/tmp/home', exist_ok=True)\n"
+    "elif os.fork() == 0:\n"
+    "    try:\n"
+    "        os.setgroups([]); os.setgid(gid); os.setuid(uid); os.makedirs('/tmp/home', exist_ok=True)\n"
+    "    finally:\n"
+    "        os._exit(0)\n"
     "while True:\n"
     "    try:\n"
     "        os.wait()\n"
@@ -103,7 +113,7 @@ class DockerBackend:
         try:
             container = self.client.containers.run(
                 image,
-                command=["python3", "-c", _REAPER],
+                command=["python3", "-c", _REAPER, uid, gid or uid],
                 detach=True,
                 # Only the supervisor's container starts as root, and then with SETUID and SETGID
                 # alone: its execs as root get those to drop to ``limits.user``; every other exec
@@ -131,9 +141,7 @@ class DockerBackend:
             raise SandboxError(f"image {image} does not exist: {_short(err)}", reason="image_missing") from err
         except (docker.errors.DockerException, requests.exceptions.RequestException) as err:
             raise SandboxError(f"cannot start a sandbox from {image}: {_short(err)}") from err
-        box = DockerSandbox(backend=self, container=container, limits=limits)
-        box.exec(["mkdir", "-p", "/tmp/home"], timeout_s=30, reap=False)
-        return box
+        return DockerSandbox(backend=self, container=container, limits=limits)
 
     def gc(self, *, everything: bool = False) -> list[str]:
         """Remove leaked sandboxes: those whose owning process on this host is gone (all with ``everything``)."""
