@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -299,6 +299,18 @@ def _flaky(runs: Sequence[RunResult]) -> dict[str, tuple[Outcome, ...]]:
     return flaky
 
 
+def lay_tree(box: Sandbox, tree: Path, tool_files: Mapping[str, bytes], *, replace: bool = False) -> None:
+    """Put ``tree`` into ``box``'s workspace and taskforge's tools (the driver, the supervisor,
+    the report plugin and ``tool_files`` beside it) into /tmp/taskforge, in one copy: each exec
+    costs a round trip to the engine. ``replace``: what ``box`` held in /workspace goes first."""
+    box.put_tree(tree, WORKSPACE, replace=replace, also={
+        f"{_TOOL_DIR}/plugin/{PLUGIN_MODULE}.py": plugin_source().encode(),
+        f"{_TOOL_DIR}/driver.py": _DRIVER_SOURCE.read_bytes(),
+        f"{_TOOL_DIR}/supervisor.py": _SUPERVISOR_SOURCE.read_bytes(),
+        **{f"{_TOOL_DIR}/plugin/{name}": content for name, content in tool_files.items()},
+    })
+
+
 class SuiteRunner:
     """One warm, hardened container for one repository, running pytest on states of its tree.
 
@@ -325,8 +337,10 @@ class SuiteRunner:
         tool_files: Mapping[str, bytes] | None = None,
         bytecode_cache: bool = True,
         fork_server: bool = True,
+        laid: bool = False,
     ) -> None:
         """``sandbox``: an already started container of ``env.image`` to use first (a pool's);
+        ``laid``: it holds the tree and the tools already (:meth:`lay`, a pool's work ahead of time);
         ``tool_files``: more files for /tmp/taskforge/plugin (another pytest plugin);
         ``bytecode_cache``: keep compiled bytecode across runs (a warm container's gain); false for
         a container that serves a single run, which then uses the image's precompiled bytecode;
@@ -341,7 +355,7 @@ class SuiteRunner:
         self.known_paths = find_test_files(snapshot.path)
         self.containers_started = 0
         self._box: Sandbox | None = sandbox
-        self._fresh = sandbox is not None  # a given sandbox has not had the tree put in yet
+        self._fresh = sandbox is not None and not laid  # a given sandbox has not had the tree put in yet
         self._tool_files = dict(tool_files or {})
         self.bytecode_cache = bytecode_cache
         self.fork_server = fork_server
@@ -388,14 +402,12 @@ class SuiteRunner:
             self._box = box
         self._fresh = False
         self.containers_started += 1
-        # The tree and the tools in one copy: each exec costs a round trip to the engine.
-        box.put_tree(self.snapshot.path, WORKSPACE, also={
-            f"{_TOOL_DIR}/plugin/{PLUGIN_MODULE}.py": plugin_source().encode(),
-            f"{_TOOL_DIR}/driver.py": _DRIVER_SOURCE.read_bytes(),
-            f"{_TOOL_DIR}/supervisor.py": _SUPERVISOR_SOURCE.read_bytes(),
-            **{f"{_TOOL_DIR}/plugin/{name}": content for name, content in self._tool_files.items()},
-        })
+        self.lay(box)
         return box
+
+    def lay(self, box: Sandbox, *, replace: bool = False) -> None:
+        """Put the tree and the tools into ``box`` (:func:`lay_tree`)."""
+        lay_tree(box, self.snapshot.path, self._tool_files, replace=replace)
 
     def layout(self) -> TestLayout:
         """Where pytest, configured as the project configures it, looks for tests: its

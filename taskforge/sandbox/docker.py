@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import socket
 import struct
 import tarfile
@@ -419,9 +420,10 @@ class DockerSandbox:
     # -- files --------------------------------------------------------------------------------
 
     def put_tree(self, src: Path, dest: str, *, exclude: Sequence[str] = (),
-                 also: Mapping[str, bytes] | None = None) -> None:
+                 also: Mapping[str, bytes] | None = None, replace: bool = False) -> None:
         """Copy the directory ``src`` into ``dest`` (which must exist); ``exclude`` holds name globs.
-        ``also`` (absolute path in the sandbox -> content) is written in the same copy: one exec."""
+        ``also`` (absolute path in the sandbox -> content) is written in the same copy: one exec.
+        ``replace``: empty ``dest`` first (in the same exec), so nothing of another tree is left."""
         buffer = io.BytesIO()
         root = dest.strip("/")
         with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -436,7 +438,7 @@ class DockerSandbox:
                 info.mode = 0o644
                 info.mtime = int(time.time())
                 tar.addfile(info, io.BytesIO(content))
-        self._untar(buffer.getvalue(), "/")
+        self._untar(buffer.getvalue(), "/", emptied=dest if replace else None)
 
     def put_files(self, files: Mapping[str, bytes], dest: str) -> None:
         """Write ``files`` (relative path → content) under ``dest``."""
@@ -450,10 +452,12 @@ class DockerSandbox:
                 tar.addfile(info, io.BytesIO(content))
         self._untar(buffer.getvalue(), dest)
 
-    def _untar(self, payload: bytes, dest: str) -> None:
-        result = self.exec(
-            ["tar", "-x", "--no-same-owner", "-C", dest], timeout_s=300, workdir="/", stdin=payload, reap=False
-        )
+    def _untar(self, payload: bytes, dest: str, *, emptied: str | None = None) -> None:
+        command = ["tar", "-x", "--no-same-owner", "-C", dest]
+        if emptied is not None:
+            folder = shlex.quote(emptied.rstrip("/"))
+            command = ["sh", "-c", f"rm -rf {folder}/* {folder}/.[!.]* {folder}/..?* && exec {shlex.join(command)}"]
+        result = self.exec(command, timeout_s=300, workdir="/", stdin=payload, reap=False)
         if result.exit_code != 0:
             raise SandboxError(f"copying files into {dest} failed: {result.text().strip()[:300]}")
 

@@ -31,6 +31,7 @@ test passes, else 0.0. Any status but ``ok`` scores 0.0.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import io
@@ -41,7 +42,7 @@ import tempfile
 import threading
 import time
 import tokenize
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -54,7 +55,7 @@ from taskforge.repo.environment import Environment, ensure_image
 from taskforge.repo.patches import StateTrees, apply_patch
 from taskforge.repo.sources import Snapshot
 from taskforge.repo.startstate import rebuild_start_state
-from taskforge.repo.suite import RunResult, SuiteRunner, plugins_off
+from taskforge.repo.suite import RunResult, SuiteRunner, lay_tree, plugins_off
 from taskforge.repo.testfiles import TestLayout
 from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
 from taskforge.scoring.rewards import (
@@ -137,12 +138,21 @@ def _close_quietly(box: Sandbox) -> None:
         pass  # the engine lost it already; the container leak checks see what is left
 
 
+Layer = tuple[Hashable, Callable[[Sandbox, bool], None]]
+"""What a pool lays into its containers: a key, and ``lay(box, replace)`` (``replace``: the box
+holds another layer's files, which must go first)."""
+
+
 class ContainerPool:
     """Pre-started sandboxes, each handed out once and then destroyed by its user.
 
     ``acquire(image)`` returns a started container of ``image``: a ready one when there is one,
     else one started on the spot. Each acquire refills the pool in the background to ``size``
     ready containers of the image last asked for; ready containers of other images are closed.
+    ``acquire(image, layer=...)`` returns one that holds the layer's files (a task's tree): the
+    containers the pool starts from then on are laid in the background with the layer last asked
+    for, so a run of scorings of one task finds its tree in place, and a container laid for
+    another task is laid again, replacing it, in the one exec a fresh container would need.
     """
 
     def __init__(self, backend: SandboxBackend, *, limits: SandboxLimits, size: int,
@@ -153,13 +163,16 @@ class ContainerPool:
         self.limits = limits
         self.size = size
         self.labels = {"taskforge.role": "score", **(labels or {})}
-        self._ready: dict[str, queue.SimpleQueue[Sandbox]] = {}
+        self._ready: dict[str, queue.SimpleQueue[tuple[Sandbox, Hashable]]] = {}
+        self._layers: dict[str, Layer] = {}
         self._lock = threading.Lock()
         self._pending: dict[str, int] = {}
         self._filler = ThreadPoolExecutor(max_workers=max(1, min(size, 4)), thread_name_prefix="taskforge-pool")
         self._closed = False
         self.started = 0
         self.hits = 0
+        self.laid_hits = 0
+        """Containers handed out with the asked-for layer already in place."""
 
     def _start(self, image: str) -> Sandbox:
         box = self.backend.start(image, limits=self.limits, labels=self.labels)
@@ -168,8 +181,18 @@ class ContainerPool:
         return box
 
     def _fill_one(self, image: str) -> None:
+        key: Hashable = None
         try:
             box = self._start(image)
+            with self._lock:
+                layer = self._layers.get(image)
+            if layer is not None:
+                try:
+                    layer[1](box, False)
+                except TaskforgeError:
+                    _close_quietly(box)
+                    return
+                key = layer[0]
         except TaskforgeError:
             return  # acquire starts its own and reports the error
         finally:
@@ -177,7 +200,7 @@ class ContainerPool:
                 self._pending[image] -= 1
         with self._lock:
             if not self._closed and image in self._ready:
-                self._ready[image].put(box)
+                self._ready[image].put((box, key))
                 return
         box.close()
 
@@ -188,7 +211,7 @@ class ContainerPool:
             for other in [i for i in self._ready if i != image]:
                 stale = self._ready.pop(other)
                 while not stale.empty():
-                    stale.get().close()
+                    stale.get()[0].close()
             ready = self._ready.setdefault(image, queue.SimpleQueue())
             missing = self.size - ready.qsize() - self._pending.get(image, 0)
             self._pending[image] = self._pending.get(image, 0) + max(0, missing)
@@ -199,19 +222,34 @@ class ContainerPool:
         """Start filling the pool with containers of ``image`` now."""
         self._refill(image)
 
-    def acquire(self, image: str) -> Sandbox:
+    def acquire(self, image: str, *, layer: Layer | None = None) -> Sandbox:
         box: Sandbox | None = None
+        key: Hashable = None
         with self._lock:
+            if layer is not None:
+                self._layers[image] = layer
             ready = self._ready.get(image)
             while ready is not None and not ready.empty():
-                candidate = ready.get()
+                candidate, laid = ready.get()
                 if candidate.alive:
-                    box = candidate
+                    box, key = candidate, laid
                     self.hits += 1
                     break
                 candidate.close()
         self._refill(image)
-        return box if box is not None else self._start(image)
+        if box is None:
+            box = self._start(image)
+        if layer is not None:
+            if key == layer[0]:
+                with self._lock:
+                    self.laid_hits += 1
+            else:
+                try:
+                    layer[1](box, key is not None)
+                except BaseException:
+                    box.close()
+                    raise
+        return box
 
     def discard(self, box: Sandbox) -> None:
         """Destroy a container its user is done with, in the background: the verdict need not
@@ -229,7 +267,7 @@ class ContainerPool:
         self._filler.shutdown(wait=True)
         for ready in queues:
             while not ready.empty():
-                ready.get().close()
+                ready.get()[0].close()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -536,7 +574,9 @@ class Scorer:
 
     def _run(self, task: Task, state: _TaskState, changes: Mapping[str, bytes | None], kept: list[str],
              select: list[str], timeout_s: float) -> RunResult:
-        box = self.pool.acquire(task.image_name)
+        tools = {f"{GUARD_MODULE}.py": _GUARD_SOURCE.read_bytes()}
+        box = self.pool.acquire(task.image_name, layer=(
+            str(state.start.path), functools.partial(_lay, tree=state.start.path, tools=tools)))
         try:
             # The image's plugins by module (autoloading is off), but those the task's environment
             # switches off (one written for another pytest: ``SuiteRunner.layout``).
@@ -547,7 +587,7 @@ class Scorer:
             box.close()
             raise
         runner = SuiteRunner(state.start, state.env, backend=self.backend, limits=self.limits, timeout_s=timeout_s,
-                             sandbox=box, tool_files={f"{GUARD_MODULE}.py": _GUARD_SOURCE.read_bytes()},
+                             sandbox=box, tool_files=tools, laid=True,
                              bytecode_cache=False)  # one run per container: the image's bytecode is what is fast
         try:  # one scoring each: the container is destroyed afterwards
             return runner.run(
@@ -732,6 +772,10 @@ def _apply_candidate(start: Path, patch: str) -> list[tuple[str, Any, bytes | No
             else:
                 changed.append((rel, "added" if status == "A" else "modified", trees.blob(object_id)))
         return changed
+
+
+def _lay(box: Sandbox, replace: bool, *, tree: Path, tools: Mapping[str, bytes]) -> None:
+    lay_tree(box, tree, tools, replace=replace)
 
 
 def gate_scorer(backend: SandboxBackend, limits: SandboxLimits, timeout_s: float) -> Scorer:

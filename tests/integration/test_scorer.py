@@ -9,8 +9,11 @@ check would pay 1.0, so a 0 proves the check caught it).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import re
+import time
 from collections.abc import Callable
 
 import pytest
@@ -19,7 +22,7 @@ from taskforge.datasets import read_tasks
 from taskforge.repo.patches import apply_patch
 from taskforge.repo.startstate import rebuild_start_state
 from taskforge.sandbox import SandboxLimits
-from taskforge.scoring.scorer import Scorer
+from taskforge.scoring.scorer import ContainerPool, Scorer, _lay
 from taskforge.task import Task
 from tests.integration.hacks import Ctx
 
@@ -410,7 +413,10 @@ def test_a_new_test_file_is_dropped_without_penalty(contexts, scorer) -> None:  
 
 
 def test_the_hidden_tests_are_nowhere_in_a_scoring_sandbox(contexts, scorer) -> None:  # type: ignore[no-untyped-def]
-    """Before the scorer lays the state down, no line of the hidden tests is anywhere in the container."""
+    """Before the scorer's run puts the hidden tests back, no line of them is anywhere in the
+    container: not in the image, not in what the pool laid ahead (the start state, whose own lines
+    the leak audit answers for, sits in /workspace: a comment a hidden test shares with a kept one
+    is no leak)."""
     for ctx in contexts.values():
         added = {line[1:].strip() for line in ctx.task.test_patch.splitlines() if line.startswith("+") and not line.startswith("+++")}
         names = sorted(line for line in added if len(line) >= 30)[:40]
@@ -420,7 +426,7 @@ def test_the_hidden_tests_are_nowhere_in_a_scoring_sandbox(contexts, scorer) -> 
             script = (
                 "import os, sys, json\nnames = json.loads(sys.argv[1]); hits = []\n"
                 "for d, ds, fs in os.walk('/'):\n"
-                "    if d.startswith(('/proc', '/sys', '/dev')):\n        ds[:] = []; continue\n"
+                "    if d.startswith(('/proc', '/sys', '/dev', '/workspace')):\n        ds[:] = []; continue\n"
                 "    for f in fs:\n"
                 "        p = os.path.join(d, f)\n"
                 "        try:\n            data = open(p, 'rb').read(8 << 20)\n        except OSError:\n            continue\n"
@@ -432,6 +438,43 @@ def test_the_hidden_tests_are_nowhere_in_a_scoring_sandbox(contexts, scorer) -> 
             box.close()
         assert found.exit_code == 0, found.text()
         assert json.loads(found.stdout) == [], ctx.task.instance_id
+
+
+def test_the_pool_lays_a_tree_ahead_and_replaces_another_tasks(tasks, scorer) -> None:  # type: ignore[no-untyped-def]
+    """Containers the pool starts get the last task's tree in the background; handed to a scoring
+    of another task, a laid container holds that task's tree exactly, nothing of the first."""
+    by_image: dict[str, list[Task]] = {}
+    for task in tasks:
+        by_image.setdefault(task.image_name, []).append(task)
+    image, same = next((image, ts) for image, ts in by_image.items() if len(ts) >= 2)
+    trees = [scorer._state(task).start.path for task in same[:2]]
+    layers = [(str(tree), functools.partial(_lay, tree=tree, tools={})) for tree in trees]
+    pool = ContainerPool(scorer.backend, limits=scorer.limits, size=1)
+    try:
+        pool.acquire(image, layer=layers[0]).close()
+        deadline = time.monotonic() + 120
+        while pool._pending.get(image, 0) and time.monotonic() < deadline:  # the one laid ahead
+            time.sleep(0.1)
+        box = pool.acquire(image, layer=layers[0])
+        box.close()
+        assert (pool.hits, pool.laid_hits) == (1, 1)
+        while pool._pending.get(image, 0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        box = pool.acquire(image, layer=layers[1])  # laid with tree 0 ahead, laid again with tree 1
+        try:
+            assert (pool.hits, pool.laid_hits) == (2, 1)
+            listing = box.exec(["sh", "-c", "cd /workspace && find . -type f -exec sha256sum {} +"],
+                               timeout_s=60, workdir="/")
+        finally:
+            box.close()
+    finally:
+        pool.close()
+    inside = {line.split(None, 1)[1].removeprefix("./"): line.split(None, 1)[0]
+              for line in listing.stdout.decode().splitlines()}
+    expected = {p.relative_to(trees[1]).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in trees[1].rglob("*") if p.is_file() and not p.is_symlink()}
+    assert inside == expected
+    assert trees[0] != trees[1]
 
 
 def test_one_broken_scoring_does_not_end_a_batch(tasks, scorer) -> None:  # type: ignore[no-untyped-def]
