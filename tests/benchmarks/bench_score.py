@@ -261,7 +261,9 @@ def _on_this_engine(tasks: list[Task], backend: SandboxBackend, *, skip_unbuilda
     built: dict[str, Environment | None] = {}
     out = []
     for task in tasks:
-        if not backend.image_exists(task.image_name):
+        wheelhouse = json.loads(task.environment or "{}").get("wheelhouse")
+        # The host runs need the environment's wheelhouse too: a row's names the mining machine's.
+        if not backend.image_exists(task.image_name) or not (wheelhouse and Path(wheelhouse).is_dir()):
             if task.source not in built:
                 try:
                     built[task.source] = build_environment(fetch(task.source), backend=backend, base=current_base(backend))
