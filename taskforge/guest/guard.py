@@ -129,11 +129,15 @@ _REAL: dict[str, str] = {}
 
 
 def _real(path: str) -> str:
-    """``os.path.realpath`` of ``path``, once per path: the checks after every test ask again for
-    the same few hundred files, and resolving each costs a dozen ``lstat`` calls."""
+    """``os.path.realpath`` of ``path``, once per path of the image: the checks after every test
+    ask again for the same few hundred files of pytest and its plugins, and resolving each costs a
+    dozen ``lstat`` calls. A path the sandbox can change (relative, or under a writable folder,
+    where a link can be swapped) is resolved each time: a cached answer could be a stale one."""
     real = _REAL.get(path)
     if real is None:
-        real = _REAL[path] = os.path.realpath(path)
+        real = os.path.realpath(path)
+        if os.path.isabs(path) and not path.startswith(_WRITABLE) and not real.startswith(_WRITABLE):
+            _REAL[path] = real
     return real
 
 

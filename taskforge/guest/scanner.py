@@ -1228,6 +1228,9 @@ _EMBEDDED_RE = re.compile(rb"x[\x5e\x9c\xda]|\x1f\x8b\x08|\xfd7zXZ\x00|BZh[1-9]1
 """Where a compressed stream may start inside a binary: zlib (the default, best and middle levels;
 ``x\\x01``, level 1, is in every binary's machine code a hundred times as often), gzip, xz, bzip2."""
 _EMBEDDED_CHUNK = 256 * 1024
+EMBEDDED_PEEKS = 4096
+"""Stream starts in one binary that may fail to inflate to text before the rest is not tried: a
+real program has a few hundred, a file dense with them costs a peek each."""
 _EMBEDDED_PEEK = 16 * 1024
 _CONTROL = bytes(c for c in range(32) if c not in (9, 10, 12, 13))
 _HEX_ESCAPE_WORDS = frozenset(b"x%02x" % i for i in range(256)) | frozenset(b"x%02X" % i for i in range(256))
@@ -1416,6 +1419,8 @@ class _Scanner:
         self.clean = clean
         self.max_file_bytes = max_file_bytes
         self.decode_left = max_file_bytes * DECODE_BUDGET_FACTOR
+        self.embedded_left = max_file_bytes * DECODE_BUDGET_FACTOR
+        """What compressed streams inside binaries may still inflate to (:meth:`_embedded`)."""
         self.record = record
         self.records: list[tuple[str, tuple[str, ...], _Evidence]] = []
         """With ``record``: every unit's evidence, whatever its score (:func:`unit_evidence`)."""
@@ -1499,7 +1504,10 @@ class _Scanner:
             return
         self.files += 1
         self.bytes += len(data)
-        self._content(data, path, path, (), 0, on_disk=True)
+        try:
+            self._content(data, path, path, (), 0, on_disk=True)
+        except Exception as err:  # a scanner fault on one file: that file unread, never the walk ended
+            self.skipped.append({"path": path, "reason": f"error: {type(err).__name__}: {err}"[:200]})
         if path.endswith("/objects/info/alternates"):
             self._alternates(data, os.path.dirname(os.path.dirname(path)))
 
@@ -1735,25 +1743,31 @@ class _Scanner:
             return
         resume = 0
         view = memoryview(data)
+        left = min(self.embedded_left, len(data) * INFLATE_FACTOR)
+        failed = 0
         for match in _EMBEDDED_RE.finditer(data):
             at = match.start()
             if at < resume:
                 continue  # inside a stream already read
+            if failed >= EMBEDDED_PEEKS:
+                self.skipped.append({"path": label, "reason": f"embedded streams: {failed} starts that did not "
+                                                              "inflate to text; the rest of the file not tried"})
+                return
             kind = {0x78: "zlib", 0x1F: "gzip", 0xFD: "xz"}.get(data[at], "bz2")
             peek = _inflater(kind)
             try:
                 head = peek.decompress(view[at:at + _EMBEDDED_PEEK], _PEEK_CHARS)
             except (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError):
+                failed += 1
                 continue
-            if len(head) < min(MIN_ENCODED_BYTES, _PEEK_CHARS) and not peek.eof or not head:
-                continue
-            if not _worth_scanning(head):
+            if len(head) < min(MIN_ENCODED_BYTES, _PEEK_CHARS) and not peek.eof or not _reads_like_text(head):
+                failed += 1
                 continue
             inflater, pieces, size, pos = _inflater(kind), [], 0, at
             try:
-                while not inflater.eof and pos < len(data) and size <= self.decode_left:
+                while not inflater.eof and pos < len(data) and size <= left:
                     chunk = view[pos:pos + _EMBEDDED_CHUNK]
-                    piece = inflater.decompress(chunk, self.decode_left + 1 - size)
+                    piece = inflater.decompress(chunk, left + 1 - size)
                     pos += len(chunk) - len(getattr(inflater, "unconsumed_tail", b"")) - len(inflater.unused_data)
                     pieces.append(piece)
                     size += len(piece)
@@ -1762,11 +1776,13 @@ class _Scanner:
             except (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError):
                 pass  # what inflated before the damage is still read
             where = f"{label}!@{at:#x}"
-            if size > self.decode_left:
-                self.skipped.append({"path": where, "reason": f"decoding past the budget ({kind} stream inflating "
-                                                              f"past {self.decode_left} bytes)"})
+            if size > left:
+                # Not unread content (the raw bytes were read): a best-effort reading that stops here.
+                self.skipped.append({"path": where, "reason": f"embedded streams: a {kind} stream inflating past "
+                                                              f"{left} bytes; the rest of the file not tried"})
                 return
-            self.decode_left -= size
+            left -= size
+            self.embedded_left -= size
             resume = pos
             self._content(b"".join(pieces), name, where, (*chain, kind), depth + 1)
 
@@ -1775,7 +1791,7 @@ class _Scanner:
         is read as a pyc's. False if ``data`` is not one."""
         try:
             code = marshal.loads(data)
-        except (ValueError, EOFError, TypeError):
+        except Exception:  # marshal is not hardened: damaged data raises anything (SystemError too)
             return False
         if not isinstance(code, types.CodeType):
             return False
@@ -1804,7 +1820,7 @@ class _Scanner:
     def _pyc(self, data: bytes, label: str, chain: tuple[str, ...]) -> None:
         try:
             code = marshal.loads(memoryview(data)[16:])
-        except (ValueError, EOFError, TypeError):
+        except Exception:  # marshal is not hardened: damaged data raises anything (SystemError too)
             self._binary(data, label, chain, "pyc")
             return
         if not isinstance(code, types.CodeType):
@@ -1873,7 +1889,10 @@ class _Scanner:
             header = data[at:at + 60]
             if header[58:60] != b"`\n":
                 raise ValueError(f"ar: bad member header at {at}")
-            size = int(header[48:58].strip() or b"0")
+            field = header[48:58].strip()
+            if not field.isdigit():
+                raise ValueError(f"ar: bad member size {field[:10]!r} at {at}")
+            size = int(field)
             content = data[at + 60:at + 60 + size]
             at += 60 + size + (size & 1)
             raw = header[:16].rstrip(b" ")
@@ -2020,6 +2039,15 @@ _MACHO_MAGIC = {b"\xfe\xed\xfa\xce": ">", b"\xfe\xed\xfa\xcf": ">", b"\xce\xfa\x
 _MACHO_PROGRAM_TYPES = (1, 2, 6, 8)
 """Mach-O ``filetype`` of an object file, an executable, a dynamic library and a bundle (4 is a
 core dump)."""
+
+
+def _reads_like_text(head: bytes) -> bool:
+    """Whether an embedded stream's start is a known format, or text with letters in it: a dark
+    image's pixel rows inflate to printable bytes (``(,4(,4``) that are no text."""
+    if head.startswith(_KNOWN_HEADS) or _ZLIB_HEADER.match(head) or len(head) > 262 and head[257:262] == b"ustar":
+        return True
+    sample = head[:2048]
+    return _worth_scanning(head) and sum(65 <= c <= 90 or 97 <= c <= 122 for c in sample) * 4 >= len(sample)
 
 
 def _inflater(kind: str) -> Any:

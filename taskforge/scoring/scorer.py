@@ -36,13 +36,12 @@ import hashlib
 import importlib.util
 import io
 import json
-import queue
 import shutil
 import tempfile
 import threading
 import time
 import tokenize
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -55,9 +54,10 @@ from taskforge.repo.environment import Environment, ensure_image
 from taskforge.repo.patches import StateTrees, apply_patch
 from taskforge.repo.sources import Snapshot
 from taskforge.repo.startstate import rebuild_start_state
-from taskforge.repo.suite import RunResult, SuiteRunner, lay_tree, plugins_off
+from taskforge.repo.suite import RunResult, SuiteRunner, plugins_off
 from taskforge.repo.testfiles import TestLayout
 from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
+from taskforge.scoring.pool import ContainerPool, lay_task_tree
 from taskforge.scoring.rewards import (
     MODES,
     SCORER_VERSION,
@@ -129,145 +129,6 @@ class _ImageFacts:
     plugins: list[tuple[str, str]]
     """The installed pytest plugins: (entry point name, module)."""
     config_files: frozenset[str]
-
-
-def _close_quietly(box: Sandbox) -> None:
-    try:
-        box.close()
-    except TaskforgeError:
-        pass  # the engine lost it already; the container leak checks see what is left
-
-
-Layer = tuple[Hashable, Callable[[Sandbox, bool], None]]
-"""What a pool lays into its containers: a key, and ``lay(box, replace)`` (``replace``: the box
-holds another layer's files, which must go first)."""
-
-
-class ContainerPool:
-    """Pre-started sandboxes, each handed out once and then destroyed by its user.
-
-    ``acquire(image)`` returns a started container of ``image``: a ready one when there is one,
-    else one started on the spot. Each acquire refills the pool in the background to ``size``
-    ready containers of the image last asked for; ready containers of other images are closed.
-    ``acquire(image, layer=...)`` returns one that holds the layer's files (a task's tree): the
-    containers the pool starts from then on are laid in the background with the layer last asked
-    for, so a run of scorings of one task finds its tree in place, and a container laid for
-    another task is laid again, replacing it, in the one exec a fresh container would need.
-    """
-
-    def __init__(self, backend: SandboxBackend, *, limits: SandboxLimits, size: int,
-                 labels: Mapping[str, str] | None = None) -> None:
-        if size < 0:
-            raise ValueError(f"pool size must be at least 0, got {size}")
-        self.backend = backend
-        self.limits = limits
-        self.size = size
-        self.labels = {"taskforge.role": "score", **(labels or {})}
-        self._ready: dict[str, queue.SimpleQueue[tuple[Sandbox, Hashable]]] = {}
-        self._layers: dict[str, Layer] = {}
-        self._lock = threading.Lock()
-        self._pending: dict[str, int] = {}
-        self._filler = ThreadPoolExecutor(max_workers=max(1, min(size, 4)), thread_name_prefix="taskforge-pool")
-        self._closed = False
-        self.started = 0
-        self.hits = 0
-        self.laid_hits = 0
-        """Containers handed out with the asked-for layer already in place."""
-
-    def _start(self, image: str) -> Sandbox:
-        box = self.backend.start(image, limits=self.limits, labels=self.labels)
-        with self._lock:
-            self.started += 1
-        return box
-
-    def _fill_one(self, image: str) -> None:
-        key: Hashable = None
-        try:
-            box = self._start(image)
-            with self._lock:
-                layer = self._layers.get(image)
-            if layer is not None:
-                try:
-                    layer[1](box, False)
-                except TaskforgeError:
-                    _close_quietly(box)
-                    return
-                key = layer[0]
-        except TaskforgeError:
-            return  # acquire starts its own and reports the error
-        finally:
-            with self._lock:
-                self._pending[image] -= 1
-        with self._lock:
-            if not self._closed and image in self._ready:
-                self._ready[image].put((box, key))
-                return
-        box.close()
-
-    def _refill(self, image: str) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            for other in [i for i in self._ready if i != image]:
-                stale = self._ready.pop(other)
-                while not stale.empty():
-                    stale.get()[0].close()
-            ready = self._ready.setdefault(image, queue.SimpleQueue())
-            missing = self.size - ready.qsize() - self._pending.get(image, 0)
-            self._pending[image] = self._pending.get(image, 0) + max(0, missing)
-        for _ in range(max(0, missing)):
-            self._filler.submit(self._fill_one, image)
-
-    def warm(self, image: str) -> None:
-        """Start filling the pool with containers of ``image`` now."""
-        self._refill(image)
-
-    def acquire(self, image: str, *, layer: Layer | None = None) -> Sandbox:
-        box: Sandbox | None = None
-        key: Hashable = None
-        with self._lock:
-            if layer is not None:
-                self._layers[image] = layer
-            ready = self._ready.get(image)
-            while ready is not None and not ready.empty():
-                candidate, laid = ready.get()
-                if candidate.alive:
-                    box, key = candidate, laid
-                    self.hits += 1
-                    break
-                candidate.close()
-        self._refill(image)
-        if box is None:
-            box = self._start(image)
-        if layer is not None:
-            if key == layer[0]:
-                with self._lock:
-                    self.laid_hits += 1
-            else:
-                try:
-                    layer[1](box, key is not None)
-                except BaseException:
-                    box.close()
-                    raise
-        return box
-
-    def discard(self, box: Sandbox) -> None:
-        """Destroy a container its user is done with, in the background: the verdict need not
-        wait for the engine to remove it (``close`` waits for every one)."""
-        try:
-            self._filler.submit(_close_quietly, box)
-        except RuntimeError:  # the pool is closed: no background left
-            _close_quietly(box)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            queues = list(self._ready.values())
-            self._ready.clear()
-        self._filler.shutdown(wait=True)
-        for ready in queues:
-            while not ready.empty():
-                ready.get()[0].close()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -576,7 +437,7 @@ class Scorer:
              select: list[str], timeout_s: float) -> RunResult:
         tools = {f"{GUARD_MODULE}.py": _GUARD_SOURCE.read_bytes()}
         box = self.pool.acquire(task.image_name, layer=(
-            str(state.start.path), functools.partial(_lay, tree=state.start.path, tools=tools)))
+            str(state.start.path), functools.partial(lay_task_tree, tree=state.start.path, tools=tools)))
         try:
             # The image's plugins by module (autoloading is off), but those the task's environment
             # switches off (one written for another pytest: ``SuiteRunner.layout``).
@@ -772,10 +633,6 @@ def _apply_candidate(start: Path, patch: str) -> list[tuple[str, Any, bytes | No
             else:
                 changed.append((rel, "added" if status == "A" else "modified", trees.blob(object_id)))
         return changed
-
-
-def _lay(box: Sandbox, replace: bool, *, tree: Path, tools: Mapping[str, bytes]) -> None:
-    lay_tree(box, tree, tools, replace=replace)
 
 
 def gate_scorer(backend: SandboxBackend, limits: SandboxLimits, timeout_s: float) -> Scorer:

@@ -22,7 +22,8 @@ from taskforge.datasets import read_tasks
 from taskforge.repo.patches import apply_patch
 from taskforge.repo.startstate import rebuild_start_state
 from taskforge.sandbox import SandboxLimits
-from taskforge.scoring.scorer import ContainerPool, Scorer, _lay
+from taskforge.scoring.pool import ContainerPool, lay_task_tree
+from taskforge.scoring.scorer import Scorer
 from taskforge.task import Task
 from tests.integration.hacks import Ctx
 
@@ -448,7 +449,7 @@ def test_the_pool_lays_a_tree_ahead_and_replaces_another_tasks(tasks, scorer) ->
         by_image.setdefault(task.image_name, []).append(task)
     image, same = next((image, ts) for image, ts in by_image.items() if len(ts) >= 2)
     trees = [scorer._state(task).start.path for task in same[:2]]
-    layers = [(str(tree), functools.partial(_lay, tree=tree, tools={})) for tree in trees]
+    layers = [(str(tree), functools.partial(lay_task_tree, tree=tree, tools={})) for tree in trees]
     pool = ContainerPool(scorer.backend, limits=scorer.limits, size=1)
     try:
         pool.acquire(image, layer=layers[0]).close()

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import threading
 import zipapp
 import zipfile
 import zlib
@@ -808,6 +809,42 @@ def test_compressed_streams_inside_a_program(tmp_path: Path, tasks: dict[str, Ta
     (ws / "tools/app").write_bytes(_binary_with("elf", (), spacing=64 * 1024) + inner + bytes(4096))
     found = located(task.audit(ws), ws)
     assert found and all(path.startswith("tools/app!@0x") and k == kind for path, k in found), found
+
+
+def test_damaged_binaries_end_neither_the_file_nor_the_walk(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    # A red team's finds: an ar member whose size is negative looped for ever; mutated marshalled
+    # code made marshal raise SystemError, which ended the whole scan. Each is a damaged file now,
+    # and the copy beside them is still found.
+    task = tasks["symbol"]
+    root = tmp_path / "tmp"
+    root.mkdir()
+    (root / "neg.a").write_bytes(b"!<arch>\n" + b"x.o/".ljust(48) + b"-60".ljust(10) + b"`\n" + bytes(64))
+    shutil.copy(FIXTURES / "damaged/marshalled-code-systemerror.bin", root / "frozen_entry")
+    with pytest.raises(SystemError):
+        marshal.loads((root / "frozen_entry").read_bytes())
+    shutil.copy(ORIGINAL / "stanzakit/headers.py", root / "headers.py.bak")
+    done: list[dict[str, Any]] = []
+    worker = threading.Thread(target=lambda: done.append(
+        scan({"fingerprints": {"t": task.fingerprint.to_json()}, "roots": [str(root)]})), daemon=True)
+    worker.start()
+    worker.join(120)
+    assert done, "the scan did not end"
+    assert str(root / "headers.py.bak") in {f["path"] for f in done[0]["findings"]["t"]}
+    assert [s["path"] for s in done[0]["skipped"]] == [str(root / "neg.a")]
+
+
+def test_image_data_in_a_binary_spends_no_budget(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    # A dark screenshot's pixel rows inflate to printable bytes ("(,4(,4..."): no text, so its
+    # streams are not inflated, and 48 of them no longer use up the budget whose end fails closed.
+    task = tasks["symbol"]
+    root = tmp_path / "docs"
+    root.mkdir()
+    rows = zlib.compress((b"\x00" + b"(,4" * 1920) * 1080)
+    for i in range(48):
+        (root / f"shot{i}.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(16) + rows + bytes(12))
+    result = scan({"fingerprints": {"t": task.fingerprint.to_json()}, "roots": [str(root)],
+                   "max_file_bytes": 4 * 1024 * 1024})
+    assert result["skipped"] == [] and result["findings"]["t"] == []
 
 
 def test_base64_keeps_its_last_group() -> None:

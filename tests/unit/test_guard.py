@@ -169,6 +169,40 @@ def test_a_hook_from_a_candidate_file_later_swapped_for_a_link(tmp_path: Path) -
     assert any(f.startswith("hook pytest_runtest_makereport implemented in") for f in findings), findings
 
 
+def test_a_hook_under_a_relative_name_resolved_elsewhere_at_first(tmp_path: Path) -> None:
+    # The candidate's own file compiled under the name "feature.py", and the working folder moved
+    # away while the first check resolves it: a path the sandbox can change is resolved again at
+    # each check, never answered from a cache.
+    hook = FEATURE + textwrap.dedent("""\
+        import gc, os, types
+        import _pytest.config
+        if __name__ == "feature":
+            home = os.getcwd()
+            again = types.ModuleType("feature_again")
+            again.HOME = home
+            with open("feature.py") as f:
+                exec(compile(f.read(), "feature.py", "exec"), vars(again))
+            config = next(o for o in gc.get_objects() if isinstance(o, _pytest.config.Config))
+            config.pluginmanager.register(again, "helper")
+            os.chdir("/")
+        else:
+            import pytest
+
+            _seen = [0]
+
+            @pytest.hookimpl(wrapper=True)
+            def pytest_runtest_makereport(item, call):
+                report = yield
+                if report.when == "teardown":
+                    _seen[0] += 1
+                    if _seen[0] == 2:  # after the first test's check: home again for the rest
+                        os.chdir(HOME)
+                return report
+    """)
+    findings = _run(tmp_path, hook)
+    assert any(f.startswith("hook pytest_runtest_makereport implemented in") for f in findings), findings
+
+
 def test_an_audit_hook_from_the_candidates_code(tmp_path: Path) -> None:
     hook = FEATURE + "import sys\nsys.addaudithook(lambda event, args: None)\n"
     assert any(f.startswith("an audit hook added from") for f in _run(tmp_path, hook))

@@ -75,7 +75,7 @@ def _counts(fingerprint: Fingerprint) -> dict[str, int]:
 def unread(reason: str) -> bool:
     """Whether a scan's skip left content unread for a limit or an error of the file system (not a
     damaged container, whose raw bytes were read)."""
-    return (reason.startswith(("larger than", "stat:", "list:", "read:", "decoding past the budget"))
+    return (reason.startswith(("larger than", "stat:", "list:", "read:", "error:", "decoding past the budget"))
             or reason in ("nested too deep", "member too large") or "inflates past" in reason)
 
 
