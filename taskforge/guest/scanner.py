@@ -1743,7 +1743,7 @@ class _Scanner:
             return
         resume = 0
         view = memoryview(data)
-        left = min(self.embedded_left, len(data) * INFLATE_FACTOR)
+        left = min(self.embedded_left, self.max_file_bytes)  # a tarball's padding inflates a hundredfold
         failed = 0
         for match in _EMBEDDED_RE.finditer(data):
             at = match.start()
