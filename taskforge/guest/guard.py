@@ -196,6 +196,13 @@ class _Guard:
         for key, value in current.items():
             if _baseline.get(key, id(value)) != id(value) and (why := _suspect(value)) is not None:
                 self.note(f"replaced {key} ({why})")
+        for key in current.keys() - _baseline.keys():  # a new override (``TestReport.__setattr__``)
+            if (why := _suspect(current[key])) not in (None, "untraceable"):
+                self.note(f"added {key} ({why})")
+        for what, instance in _watched_instances(config):
+            for name, value in list(vars(instance).items()):
+                if callable(value) and (why := _suspect(value)) not in (None, "untraceable"):
+                    self.note(f"replaced {name} on the {what} ({why})")
         if full:
             for key in _baseline.keys() - current.keys():
                 self.note(f"deleted {key}")
@@ -209,6 +216,22 @@ class _Guard:
                     continue
                 if (why := _suspect(impl.function)) is not None and why != "untraceable":
                     self.note(f"hook {name} implemented in {why}")
+
+
+def _watched_instances(config: pytest.Config) -> Iterator[tuple[str, Any]]:
+    """The objects whose own attributes decide the report: the plugin manager (its
+    ``_inner_hookexec`` calls every hook), the JUnit writer and the terminal reporter."""
+    from _pytest.junitxml import (
+        xml_key,  # the writer's stash key; private, but stable since pytest 7.0
+    )
+
+    yield "plugin manager", config.pluginmanager
+    writer = config.stash.get(xml_key, None)
+    if writer is not None:
+        yield "JUnit writer", writer
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None:
+        yield "terminal reporter", terminal
 
 
 def _code_objects(code: Any, into: dict[tuple[str, int], Any]) -> dict[tuple[str, int], Any]:

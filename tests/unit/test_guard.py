@@ -17,6 +17,8 @@ import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from taskforge import guest
 
 TESTS = textwrap.dedent("""\
@@ -201,6 +203,43 @@ def test_a_hook_under_a_relative_name_resolved_elsewhere_at_first(tmp_path: Path
     """)
     findings = _run(tmp_path, hook)
     assert any(f.startswith("hook pytest_runtest_makereport implemented in") for f in findings), findings
+
+
+REPORTING_OVERRIDES = {
+    "a new member of a watched class": ("""\
+        import _pytest.reports
+        def __setattr__(self, name, value):
+            object.__setattr__(self, name, value)
+        _pytest.reports.TestReport.__setattr__ = __setattr__
+    """, "added _pytest.reports.TestReport.__setattr__"),
+    "the plugin manager's hook executor": ("""\
+        import gc, _pytest.config
+        config = next(o for o in gc.get_objects() if isinstance(o, _pytest.config.Config))
+        inner = config.pluginmanager._inner_hookexec
+        def hookexec(hook_name, methods, kwargs, firstresult):
+            return inner(hook_name, methods, kwargs, firstresult)
+        config.pluginmanager._inner_hookexec = hookexec
+    """, "replaced _inner_hookexec on the plugin manager"),
+    "a method of the JUnit writer instance": ("""\
+        import gc, _pytest.config
+        from _pytest.junitxml import xml_key
+        config = next(o for o in gc.get_objects() if isinstance(o, _pytest.config.Config))
+        writer = config.stash[xml_key]
+        opened = writer._opentestcase
+        def _opentestcase(report):
+            return opened(report)
+        writer._opentestcase = _opentestcase
+    """, "replaced _opentestcase on the JUnit writer"),
+}
+
+
+@pytest.mark.parametrize("override", sorted(REPORTING_OVERRIDES))
+def test_an_override_the_snapshot_did_not_record(tmp_path: Path, override: str) -> None:
+    # A red team's finds: members the guard never recorded (a new override on a class, an
+    # instance's own attribute) decide the report as much as those it did.
+    code, finding = REPORTING_OVERRIDES[override]
+    findings = _run(tmp_path, FEATURE + textwrap.dedent(code))
+    assert any(f.startswith(finding) for f in findings), findings
 
 
 def test_an_audit_hook_from_the_candidates_code(tmp_path: Path) -> None:
