@@ -30,11 +30,16 @@ was not written by a guarded run. Checks run between tests only, so a test's own
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib
+import importlib.machinery
 import json
+import operator
 import os
 import sys
+import types
+import zipimport
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,7 +61,8 @@ _WATCHED = (
 )
 # Checked after every test (cheap); all of _WATCHED at the start and end of the session.
 _EVERY_TEST = ("_pytest.runner", "_pytest.reports", "_pytest.skipping", "_pytest.outcomes", "_pytest.junitxml",
-               "pluggy._hooks", "pluggy._callers")
+               "_pytest.python", "_pytest.unittest", "_pytest.main", "pluggy._hooks", "pluggy._callers",
+               "pluggy._manager", "pluggy._result")
 _REPORT_HOOKS = ("pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_report_teststatus",
                  "pytest_runtest_protocol", "pytest_runtest_call", "pytest_pyfunc_call")
 # Module globals pytest itself swaps during a run.
@@ -93,7 +99,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 
 sys.addaudithook(_audit)
-_HOOKS_AT_START = {id(entry) for entry in [*sys.meta_path, *sys.path_hooks]}
+_HOOKS_AT_START = {id(entry): entry for entry in [*sys.meta_path, *sys.path_hooks]}  # kept: ids stay theirs
 # taskforge's report plugin is loaded first (``-p`` order); its writer to the outcome stream.
 _EMIT = getattr(sys.modules.get("taskforge_pytest_plugin"), "_emit", None)
 
@@ -122,6 +128,29 @@ def _snapshot() -> dict[str, int]:
 
 
 _baseline = _snapshot()
+
+
+def _namespaces(names: tuple[str, ...]) -> list[Any]:
+    """Where the members of these modules live: each module's namespace and its own classes'."""
+    found = []
+    for name in names:
+        module = sys.modules.get(name)
+        if module is not None:
+            found.append(vars(module))
+            found += [vars(v) for v in list(vars(module).values()) if isinstance(v, type) and v.__module__ == name]
+    return found
+
+
+def _values_of(namespaces: list[Any]) -> list[Any]:
+    return [value for namespace in namespaces for value in list(namespace.values())]
+
+
+def _attributes(instance: Any) -> list[Any]:
+    values = list(vars(instance).values())
+    return values + [v for value in values if isinstance(value, dict) for v in list(value.values())[:64]]
+
+
+_NAMESPACES = _namespaces(_EVERY_TEST)
 _objects: dict[str, Any] = {key: value for name in _WATCHED for key, value in _members(name)}  # keeps ids valid
 
 
@@ -141,42 +170,203 @@ def _real(path: str) -> str:
     return real
 
 
-def _written_in(obj: Any) -> str | None:
-    """The file an object's code was written in, as its code names it; None when there is none."""
-    for candidate in (obj, getattr(obj, "__func__", None), getattr(obj, "fget", None), getattr(obj, "__wrapped__", None)):
-        code = getattr(candidate, "__code__", None)
-        if code is not None:
-            return str(code.co_filename)
-    module = sys.modules.get(getattr(obj, "__module__", None) or "")
-    file = getattr(module, "__file__", None)
-    if isinstance(obj, type) and isinstance(file, str):
-        return file
-    if type(obj).__name__ in ("builtin_function_or_method", "method_descriptor", "wrapper_descriptor"):
-        return "<builtin>"
-    return None
+_SINCE: int = 0  # the ctime of a file made as the guard loaded: a file changed after it was written by the run
 
 
-def _suspect(obj: Any) -> str | None:
-    """Why ``obj`` (a replacement or a hook implementation) is the candidate's, or None. The file
-    counts as named and as resolved: a candidate's folder swapped for a link elsewhere after its
-    module was imported still names the candidate's file."""
-    file = _written_in(obj)
-    return "untraceable" if file is None else _candidate_file(file)
+def _mark_start() -> int:
+    """A timestamp from the file system's own clock (coarser than ``time.time_ns``, so a file
+    written just after the guard loaded could read as earlier on the other clock)."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="taskforge-guard-")
+    try:
+        return os.fstat(fd).st_ctime_ns
+    finally:
+        os.close(fd)
+        os.unlink(path)
 
 
-def _candidate_file(file: str) -> str | None:
-    """``file`` as the candidate wrote it (resolved, or as named) if it is one of theirs."""
-    if file == "<builtin>":
+# Code the image loaded before any of the project's or the candidate's code ran: id(code) -> (the
+# code, id of its module's namespace). Code is trusted by identity, not by the file it names (a
+# name that ``compile``, ``exec`` or ``CodeType.replace`` can give any code).
+_LOADED: dict[int, tuple[types.CodeType, int]] = {}
+_LOADED_PREFIXES = ("_pytest", "pytest", "pluggy", "importlib", "_frozen_importlib", "zipimport", "unittest",
+                    "functools")
+
+
+def _load_trusted() -> None:
+    for name, module in list(sys.modules.items()):
+        if not name.startswith(_LOADED_PREFIXES) or not isinstance(module, types.ModuleType):
+            continue
+        for value in list(vars(module).values()):
+            members = list(vars(value).values()) if isinstance(value, type) and value.__module__ == name else [value]
+            for member in members:
+                # Only what these types hold: a getattr on any object can run its ``__getattr__``
+                # (``pytest.mark.fget`` makes a marker, and warns).
+                if isinstance(member, (classmethod, staticmethod, types.MethodType)):
+                    member = member.__func__
+                functions = (member.fget, member.fset, member.fdel) if isinstance(member, property) else (member,)
+                for function in functions:
+                    if isinstance(function, types.FunctionType):
+                        _trust_function(function, 0)
+
+
+def _trust_function(function: types.FunctionType, depth: int) -> None:
+    code = function.__code__
+    if depth > 3:
+        return
+    _LOADED[id(code)] = (code, id(function.__globals__))  # imported elsewhere, it keeps its own globals
+    for cell in function.__closure__ or ():  # what a decorator wrapped
+        if _filled(cell) and isinstance(cell.cell_contents, types.FunctionType):
+            _trust_function(cell.cell_contents, depth + 1)
+
+
+_BY_FILE: dict[str, dict[int, types.CodeType]] = {}  # nested code of _LOADED, by file: closures made later
+
+
+def _nested_loaded(code: types.CodeType) -> bool:
+    if not _BY_FILE:
+        for loaded, _ in list(_LOADED.values()):
+            stack = [loaded]
+            while stack:
+                current = stack.pop()
+                _BY_FILE.setdefault(current.co_filename, {})[id(current)] = current
+                stack.extend(c for c in current.co_consts if type(c) is types.CodeType)
+    return _BY_FILE.get(code.co_filename, {}).get(id(code)) is code
+
+
+_COMPILED: dict[tuple[str, bool], dict[tuple[str, int], Any] | str] = {}
+
+
+def _compiled(file: str, rewritten: bool) -> dict[tuple[str, int], Any] | str:
+    """The code objects of ``file`` compiled afresh (as pytest compiles it when ``rewritten``), or
+    why it cannot vouch for code that names it: not a file, the candidate's, written during the
+    run."""
+    key = (file, rewritten)
+    if key in _COMPILED:
+        return _COMPILED[key]
+    real = _real(file)
+    why: str | None = None
+    if not os.path.isabs(file):
+        why = f"code compiled from a string ({file})"
+    elif real in _candidate or os.path.normpath(file) in _candidate:
+        why = real if real in _candidate else os.path.normpath(file)
+    else:
+        try:
+            with open(real, "rb") as f:
+                changed = os.fstat(f.fileno()).st_ctime_ns
+                data = f.read()
+        except OSError:
+            why = f"code naming {file}, which is no file"
+        else:
+            if real.startswith(_WRITABLE) and changed >= _SINCE:
+                why = f"{real}, written during the run"
+    if why is None:
+        try:
+            _COMPILED[key] = _trusted_code(real, data, rewritten, _CONFIG[0] if _CONFIG else None)
+        except Exception as err:  # noqa: BLE001 - code that names a file it is not compiled from
+            _COMPILED[key] = f"code naming {file}, which does not compile ({type(err).__name__})"
+    else:
+        _COMPILED[key] = why
+    return _COMPILED[key]
+
+
+_CODE_WHY: dict[int, tuple[types.CodeType, str | None]] = {}
+
+
+def _code_why(code: types.CodeType, rewritten: bool) -> str | None:
+    """Why ``code`` is not code of the image or of a file laid before the run, or None."""
+    hit = _CODE_WHY.get(id(code))
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    why: str | None = None
+    if id(code) not in _LOADED and not _nested_loaded(code):
+        compiled = _compiled(code.co_filename, rewritten)
+        if isinstance(compiled, str):
+            why = compiled
+        else:
+            match = compiled.get((getattr(code, "co_qualname", code.co_name), code.co_firstlineno))
+            if match is None or not _same_code(code, match):
+                why = f"code that names {code.co_filename} but was not compiled from it"
+    _CODE_WHY[id(code)] = (code, why)
+    return why
+
+
+_BUILTIN = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodWrapperType,
+            types.MethodDescriptorType, types.ClassMethodDescriptorType, types.GetSetDescriptorType,
+            types.MemberDescriptorType)
+
+
+def _untrusted(obj: Any, depth: int = 0) -> str | None:
+    """Why ``obj`` (a replacement, a hook implementation, an import hook) runs code that is not the
+    image's or the project's as laid, or None: its code is held to the file it names, and a function
+    of the image's own code is held to its module's namespace, its closure and its defaults (a
+    candidate's callback inside pluggy's hook-call monitoring is a closure of pluggy's own code)."""
+    if depth > 6 or obj is None:
         return None
-    for path in (_real(file), os.path.normpath(file)):
-        if path in _candidate:
-            return path
+    if isinstance(obj, (classmethod, staticmethod)):
+        return _untrusted(obj.__func__, depth + 1)
+    if isinstance(obj, property):
+        return next((why for f in (obj.fget, obj.fset, obj.fdel) if (why := _untrusted(f, depth + 1))), None)
+    if isinstance(obj, types.MethodType):
+        return _untrusted(obj.__func__, depth + 1)
+    if isinstance(obj, types.FunctionType):
+        code = obj.__code__
+        why = _code_why(code, "@py_builtins" in obj.__globals__)
+        if why is None and (loaded := _LOADED.get(id(code))) is not None and loaded[1] != id(obj.__globals__):
+            why = f"the image's code of {code.co_qualname} run in another namespace"
+        inner = [cell.cell_contents for cell in obj.__closure__ or () if _filled(cell)]
+        inner += [*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()]
+        for value in inner:
+            if why is None and callable(value):
+                why = _untrusted(value, depth + 1)
+        return why
+    if isinstance(obj, _BUILTIN):
+        owner = getattr(obj, "__self__", None)
+        return None if owner is None or isinstance(owner, (type, types.ModuleType)) else _untrusted(type(owner), depth + 1)
+    if isinstance(obj, functools.partial):
+        parts = [obj.func, *obj.args, *obj.keywords.values()]
+        return next((why for p in parts if callable(p) and (why := _untrusted(p, depth + 1))), None)
+    if isinstance(obj, type):
+        for klass in obj.__mro__:
+            if klass.__module__ == "builtins":
+                continue
+            for member in list(vars(klass).values()):
+                methods = (types.FunctionType, classmethod, staticmethod, property)
+                if isinstance(member, methods) and (why := _untrusted(member, depth + 1)) is not None:
+                    return why
+        return None
+    if callable(obj):  # an instance: its class's code runs, and what it wraps
+        return _untrusted(type(obj), depth + 1) or _untrusted(getattr(obj, "__wrapped__", None), depth + 1)
     return None
+
+
+def _untrusted_hook(hook: Any) -> str | None:
+    """An import hook (a finder, a loader, a path hook) runs its class's methods, callable or not."""
+    return _untrusted(hook) or (None if isinstance(hook, type) else _untrusted(type(hook)))
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+_SINCE = _mark_start()
+_load_trusted()
+_PATH_CACHE_AT_START = dict(sys.path_importer_cache)
+_PLAIN_FINDERS = (importlib.machinery.FileFinder, zipimport.zipimporter)
+# The image's plugins as the scorer loaded them (``-p``), by identity: a plugin registered later
+# under one of their names is not one of them.
+_TRUSTED_PLUGINS: dict[int, Any] = {}
 
 
 class _Guard:
     def __init__(self) -> None:
         self.findings: list[str] = []
+        self._last: dict[str, list[Any]] = {}
 
     def note(self, finding: str) -> None:
         if finding not in self.findings:
@@ -186,36 +376,65 @@ class _Guard:
         for finding in _early:
             self.note(finding)
         for entry in [*sys.meta_path, *sys.path_hooks]:
-            if id(entry) in _HOOKS_AT_START:
-                continue
-            file = _written_in(entry) or _written_in(type(entry))
-            if file is not None and (origin := _candidate_file(file)) is not None:
-                self.note(f"import hook {type(entry).__name__} installed from {origin}")
+            if _HOOKS_AT_START.get(id(entry)) is not entry and (why := _untrusted_hook(entry)) is not None:
+                self.note(f"import hook {type(entry).__name__} installed from {why}")
         modules = _WATCHED if full else _EVERY_TEST
-        current = {key: value for name in modules for key, value in _members(name)}
-        for key, value in current.items():
-            if _baseline.get(key, id(value)) != id(value) and (why := _suspect(value)) is not None:
-                self.note(f"replaced {key} ({why})")
-        for key in current.keys() - _baseline.keys():  # a new override (``TestReport.__setattr__``)
-            if (why := _suspect(current[key])) not in (None, "untraceable"):
-                self.note(f"added {key} ({why})")
-        for what, instance in _watched_instances(config):
-            for name, value in list(vars(instance).items()):
-                if callable(value) and (why := _suspect(value)) not in (None, "untraceable"):
-                    self.note(f"replaced {name} on the {what} ({why})")
+        if full or self._changed("members", _values_of(_NAMESPACES)):
+            current = {key: value for name in modules for key, value in _members(name)}
+            for key, value in current.items():
+                if _baseline.get(key, id(value)) != id(value) and (why := _untrusted(value)) is not None:
+                    self.note(f"replaced {key} ({why})")
+            for key in current.keys() - _baseline.keys():  # a new override (``TestReport.__setattr__``)
+                if (why := _untrusted(current[key])) is not None:
+                    self.note(f"added {key} ({why})")
+        instances = list(_watched_instances(config))
+        if full or self._changed("instances", [v for _, i in instances for v in _attributes(i)]):
+            for what, instance in instances:
+                for name, value in list(vars(instance).items()):
+                    inner = list(value.values())[:64] if isinstance(value, dict) else [value]
+                    for each in inner:
+                        if callable(each) and (why := _untrusted(each)) is not None:
+                            self.note(f"replaced {name} on the {what} ({why})")
+                            break
         if full:
             for key in _baseline.keys() - current.keys():
                 self.note(f"deleted {key}")
+            self._import_caches()
         hooks = vars(config.pluginmanager.hook)
-        for name in list(hooks) if full else _REPORT_HOOKS:
-            caller = hooks.get(name)
-            if caller is None or name.startswith("_") or not hasattr(caller, "get_hookimpls"):
-                continue
-            for impl in caller.get_hookimpls():
-                if config.pluginmanager.get_name(impl.plugin) in _trusted:
+        callers = [(name, hooks.get(name)) for name in (list(hooks) if full else _REPORT_HOOKS)]
+        callers = [(name, caller) for name, caller in callers
+                   if caller is not None and not name.startswith("_") and hasattr(caller, "get_hookimpls")]
+        impls = [(name, caller, caller.get_hookimpls()) for name, caller in callers]
+        if not full and not self._changed("hooks", [x for _, c, found in impls for i in found
+                                                    for x in (c._hookexec, i, i.function)]):
+            return
+        for name, caller, found in impls:
+            if (why := _untrusted(getattr(caller, "_hookexec", None))) is not None:
+                self.note(f"hook {name} called through {why}")
+            for impl in found:
+                if id(impl.plugin) in _TRUSTED_PLUGINS and impl.plugin is _TRUSTED_PLUGINS[id(impl.plugin)]:
                     continue
-                if (why := _suspect(impl.function)) is not None and why != "untraceable":
+                if (why := _untrusted(impl.function)) is not None:
                     self.note(f"hook {name} implemented in {why}")
+
+    def _changed(self, what: str, objects: list[Any]) -> bool:
+        """Whether these objects are not the very ones of the last check (held, so their ids stay
+        theirs): the checks after every test judge only what changed."""
+        last = self._last.get(what)
+        self._last[what] = objects
+        return last is None or len(last) != len(objects) or not all(map(operator.is_, last, objects))
+
+    def _import_caches(self) -> None:
+        """A finder put straight into ``sys.path_importer_cache`` imports what its folder holds
+        without passing ``sys.path_hooks``."""
+        for folder, finder in list(sys.path_importer_cache.items()):
+            if finder is None or _PATH_CACHE_AT_START.get(folder) is finder:
+                continue
+            loaders = [loader for _, loader in getattr(finder, "_loaders", ())] if type(finder) in _PLAIN_FINDERS else []
+            for what in ([] if type(finder) in _PLAIN_FINDERS else [finder]) + loaders:
+                if (why := _untrusted_hook(what)) is not None:
+                    self.note(f"import hook {type(what).__name__} for {folder} in sys.path_importer_cache from {why}")
+                    break
 
 
 def _watched_instances(config: pytest.Config) -> Iterator[tuple[str, Any]]:
@@ -226,6 +445,9 @@ def _watched_instances(config: pytest.Config) -> Iterator[tuple[str, Any]]:
     )
 
     yield "plugin manager", config.pluginmanager
+    tracer = getattr(getattr(config.pluginmanager, "trace", None), "root", None)
+    if tracer is not None:  # its processors and writer see every traced hook call's arguments
+        yield "hook tracer", tracer
     writer = config.stash.get(xml_key, None)
     if writer is not None:
         yield "JUnit writer", writer
@@ -395,6 +617,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 _guard_key = pytest.StashKey[_Guard]()
 _CONFIG: list[pytest.Config] = []  # logfinish gets no config; the session's, once it starts
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Before any conftest, and so before any project code but a plugin's own, the image's
+    plugins are the objects the scorer's ``-p`` loaded."""
+    for name in _trusted:
+        plugin = early_config.pluginmanager.get_plugin(name)
+        if plugin is not None:
+            _TRUSTED_PLUGINS[id(plugin)] = plugin
 
 
 @pytest.hookimpl(trylast=True)
