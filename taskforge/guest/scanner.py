@@ -1573,6 +1573,8 @@ class _Scanner:
                 self._embedded(data, name, label, chain, depth)
             else:
                 self._text(data, name, label, chain, depth)
+                if data.find(b"\x00", 8192) >= 0:  # binary after a text's first 8 KiB: a script's payload
+                    self._embedded(data, name, label, chain, depth)
         except (ValueError, EOFError, KeyError, IndexError, TypeError, OSError, MemoryError,
                 RecursionError, RuntimeError, zlib.error, lzma.LZMAError, binascii.Error, zipfile.BadZipFile,
                 tarfile.TarError, sqlite3.Error, struct.error) as err:
@@ -1802,19 +1804,26 @@ class _Scanner:
 
     def _prefixed_zip(self, data: bytes, name: str, label: str, chain: tuple[str, ...], depth: int) -> bool:
         """A zip archive behind a prefix: a zipapp, pex or shiv behind its shebang, a
-        self-extracting archive behind its program. Its members are scanned as any zip's, and
-        the prefix as what it is. False if ``data`` does not end in a zip that opens."""
-        if data.rfind(b"PK\x05\x06", max(0, len(data) - _ZIP_TAIL_BYTES)) <= 0:
+        self-extracting archive behind its program, and anything appended after it (which hides
+        its end record from a reader that looks only at the file's end). Its members are scanned
+        as any zip's, and the prefix and the trailer as what they are. False if ``data`` holds no
+        zip that opens."""
+        end = _zip_end(data)
+        if end is None:
             return False
+        whole = data if end == len(data) else data[:end]
         try:
-            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            with zipfile.ZipFile(io.BytesIO(whole)) as archive:
                 start = min((member.header_offset for member in archive.infolist()), default=0)
         except (zipfile.BadZipFile, ValueError, struct.error, OSError, EOFError):
             return False
-        if start <= 0:
+        if start <= 0 and end == len(data):
             return False
-        self._content(data[:start], name, label, chain, depth + 1)
-        self._zip(data, label, chain, depth)
+        if start > 0:
+            self._content(data[:start], name, label, chain, depth + 1)
+        self._zip(whole, label, chain, depth)
+        if end < len(data):
+            self._content(data[end:], name, f"{label}!@{end:#x}", chain, depth + 1)
         return True
 
     def _pyc(self, data: bytes, label: str, chain: tuple[str, ...]) -> None:
@@ -2031,6 +2040,29 @@ class _Scanner:
 
 
 _ZIP_TAIL_BYTES = 22 + 0xFFFF
+_ZIP_ENDS_TRIED = 8
+
+
+def _zip_end(data: bytes) -> int | None:
+    """Where the last zip in ``data`` ends: its end record within the last 64 KiB as zip readers
+    look for it, else (in a file holding binary data) the last end record anywhere whose central
+    directory lies right before it, as a zip with a trailer appended has it."""
+    if data.rfind(b"PK\x05\x06", max(0, len(data) - _ZIP_TAIL_BYTES)) > 0:
+        return len(data)
+    if data.find(b"\x00") < 0:
+        return None
+    pos = len(data)
+    for _ in range(_ZIP_ENDS_TRIED):
+        pos = data.rfind(b"PK\x05\x06", 0, pos)
+        if pos <= 0:
+            return None
+        if pos + 22 <= len(data):
+            directory_size = int.from_bytes(data[pos + 12:pos + 16], "little")
+            comment = int.from_bytes(data[pos + 20:pos + 22], "little")
+            first = pos - directory_size
+            if 0 < directory_size <= pos and pos + 22 + comment <= len(data) and data[first:first + 4] == b"PK\x01\x02":
+                return pos + 22 + comment
+    return None
 """The end-of-central-directory record and the longest comment a zip can end with."""
 _ELF_PROGRAM_TYPES = (1, 2, 3)
 """ELF ``e_type`` of an object file, an executable and a shared library (4 is a core dump)."""

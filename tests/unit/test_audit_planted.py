@@ -860,21 +860,42 @@ def test_base64_keeps_its_last_group() -> None:
         assert scanner._b64decode(encoded.rstrip(b"=")) == data
 
 
-@pytest.mark.parametrize("prefix", ["shebang", "program"])
+@pytest.mark.parametrize("prefix", ["shebang", "program", "program, and a trailer after the zip"])
 def test_zip_behind_a_prefix(tmp_path: Path, tasks: dict[str, Task], prefix: str) -> None:
     # A zipapp (compressed, behind its shebang) or a self-extracting program with the original
-    # package appended: the members are read, not the compressed bytes as a binary.
+    # package appended: the members are read, not the compressed bytes as a binary. A red team
+    # appended 100 KiB after the zip, which puts its end record out of a zip reader's sight.
     task = tasks["symbol"]
     ws = workspace(tmp_path / "ws", task)
     source = write_tree(tmp_path / "app", {"stanzakit/headers.py": (ORIGINAL / "stanzakit/headers.py").read_text(),
                                              "__main__.py": "import stanzakit.headers\n"})
     zipapp.create_archive(source, tmp_path / "app.pyz", interpreter="/usr/bin/env python3", compressed=True)
     archive = (tmp_path / "app.pyz").read_bytes()
-    if prefix == "program":
+    if prefix.startswith("program"):
         archive = _binary_with("elf", (), spacing=256 * 1024) + archive.split(b"\n", 1)[1]
+    if prefix.endswith("trailer after the zip"):
+        archive += random.Random(3).randbytes(100 * 1024)
     (ws / "tools").mkdir()
     (ws / "tools/app").write_bytes(archive)
     assert located(task.audit(ws), ws) == {("tools/app!/stanzakit/headers.py", "zip")}
+
+
+def test_a_tarball_behind_a_long_shell_script(tmp_path: Path, tasks: dict[str, Task]) -> None:
+    # An installer (makeself and its kind): a shell script longer than the 8 KiB that decide
+    # whether a file is text, then a gzipped tarball of the original package. Read as text
+    # alone, the payload went unread.
+    task = tasks["symbol"]
+    ws = workspace(tmp_path / "ws", task)
+    payload = io.BytesIO()
+    with tarfile.open(fileobj=payload, mode="w:gz") as tar:
+        tar.add(ORIGINAL / "stanzakit/headers.py", arcname="stanzakit/headers.py")
+    script = "#!/bin/sh\n" + "".join(f"echo 'installing step {i} of the bundled tools'\n" for i in range(400))
+    script += 'tail -c +"$OFFSET" "$0" | tar xz\nexit 0\n'
+    assert len(script) > 8192
+    (ws / "tools").mkdir()
+    (ws / "tools/install.sh").write_bytes(script.encode() + payload.getvalue())
+    found = located(task.audit(ws), ws)
+    assert found and all(path.startswith("tools/install.sh!@") for path, _ in found), found
 
 
 # ---------------------------------------------------------------------------------------------
