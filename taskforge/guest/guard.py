@@ -77,13 +77,21 @@ _tests: dict[str, str] = {os.path.realpath(k): v for k, v in json.loads(os.envir
 _early: list[str] = []  # what the audit hook saw, before any config exists to hold it
 
 
-def _from_candidate() -> str | None:
-    """The candidate's file on the current call stack, if any."""
+def _from_candidate(*, any_untrusted: bool = False) -> str | None:
+    """The candidate's file on the current call stack, if any. With ``any_untrusted``, also code
+    there that is neither the image's nor compiled from a file laid before the run (a function
+    the candidate's module made with ``exec`` and left for a thread or a callback to call later).
+    Not for every event: libraries make code under their callers' file names (hypothesis's
+    ``@given`` wrapper borrows the test's) and swap code objects (``types.coroutine``)."""
     frame = sys._getframe(1)
     while frame is not None:
-        path = frame.f_code.co_filename
+        code = frame.f_code
+        path = code.co_filename
         if path in _candidate or os.path.realpath(path) in _candidate:
             return path
+        if (any_untrusted and path != __file__ and _LOADED
+                and (why := _code_why(code, "@py_builtins" in frame.f_globals)) is not None):
+            return why
         frame = frame.f_back
     return None
 
@@ -92,7 +100,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     # Hooks into the interpreter the tests run in, added by the candidate's code: another audit
     # hook (which could rewrite what is compiled), or a function's code swapped under its identity.
     if event == "sys.addaudithook" or (event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__"):
-        where = _from_candidate()
+        where = _from_candidate(any_untrusted=event == "sys.addaudithook")
         if where is not None:
             what = "an audit hook added" if event == "sys.addaudithook" else f"the code of {getattr(args[0], '__qualname__', '?')} swapped"
             _early.append(f"{what} from {where}")
@@ -196,7 +204,12 @@ _LOADED_PREFIXES = ("_pytest", "pytest", "pluggy", "importlib", "_frozen_importl
 
 def _load_trusted() -> None:
     for name, module in list(sys.modules.items()):
-        if not name.startswith(_LOADED_PREFIXES) or not isinstance(module, types.ModuleType):
+        if not isinstance(module, types.ModuleType):
+            continue
+        # The modules the interpreter holds frozen (runpy, os, codecs, ...) name "<frozen ...>",
+        # no file: their code is trusted as loaded, or not at all.
+        frozen = getattr(getattr(module, "__spec__", None), "origin", None) == "frozen"
+        if not frozen and not name.startswith(_LOADED_PREFIXES):
             continue
         for value in list(vars(module).values()):
             members = list(vars(value).values()) if isinstance(value, type) and value.__module__ == name else [value]

@@ -378,6 +378,21 @@ def test_an_audit_hook_from_the_candidates_code(tmp_path: Path) -> None:
     assert any(f.startswith("an audit hook added from") for f in _run(tmp_path, hook))
 
 
+def test_an_audit_hook_added_later_by_code_the_candidate_made(tmp_path: Path) -> None:
+    # No frame of the candidate's file is on a thread's stack: the code that adds the hook is
+    # what gives it away (compiled from a string, by no file of the image or the project).
+    hook = FEATURE + textwrap.dedent("""\
+        import sys, threading
+        namespace = {"sys": sys}
+        exec("def later():\\n    sys.addaudithook(lambda event, args: None)\\n", namespace)
+        thread = threading.Thread(target=namespace["later"])
+        thread.start()
+        thread.join()
+    """)
+    findings = _run(tmp_path, hook)
+    assert any(f.startswith("an audit hook added from code compiled from a string") for f in findings), findings
+
+
 def test_a_test_file_that_differs_from_the_one_the_scorer_wrote(tmp_path: Path) -> None:
     neutered = TESTS.replace("assert feature.double(2) == 4", "assert True")
     assert any("changed at run time" in f for f in _run(tmp_path, after_digest=neutered))
