@@ -1,5 +1,6 @@
 """taskforge's scoring guard: a pytest plugin that catches a candidate tampering with the run from
-inside the test process.
+inside the test process. PYTEST_DONT_REWRITE: it asserts nothing, and rewriting it costs more than
+compiling it.
 
 Standalone (stdlib and pytest only): the scorer copies it into the sandbox as
 ``taskforge_pytest_guard.py`` and loads it with ``-p taskforge_pytest_guard``, with plugin
@@ -31,13 +32,17 @@ from __future__ import annotations
 
 import ast
 import functools
+import gc
 import hashlib
 import importlib
 import importlib.machinery
+import itertools
 import json
 import operator
 import os
+import signal
 import sys
+import threading
 import types
 import zipimport
 from collections.abc import Iterator
@@ -59,10 +64,7 @@ _WATCHED = (
     "unittest.case", "unittest.result", "builtins", "_pytest.assertion.rewrite", "_pytest.assertion.util",
     "_pytest.assertion",
 )
-# Checked after every test (cheap); all of _WATCHED at the start and end of the session.
-_EVERY_TEST = ("_pytest.runner", "_pytest.reports", "_pytest.skipping", "_pytest.outcomes", "_pytest.junitxml",
-               "_pytest.python", "_pytest.unittest", "_pytest.main", "pluggy._hooks", "pluggy._callers",
-               "pluggy._manager", "pluggy._result")
+_WATCHED_PREFIXES = ("_pytest", "pytest", "pluggy", "unittest", "xml.etree")
 _REPORT_HOOKS = ("pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_report_teststatus",
                  "pytest_runtest_protocol", "pytest_runtest_call", "pytest_pyfunc_call")
 # Module globals pytest itself swaps during a run.
@@ -89,21 +91,35 @@ def _from_candidate(*, any_untrusted: bool = False) -> str | None:
         path = code.co_filename
         if path in _candidate or os.path.realpath(path) in _candidate:
             return path
-        if (any_untrusted and path != __file__ and _LOADED
+        # A library's wrapper may borrow a test file's name (hypothesis's ``@given``): the test
+        # files are held to their digests, so code naming them is not what this looks for.
+        if (any_untrusted and path != __file__ and _LOADED and path not in _tests
                 and (why := _code_why(code, "@py_builtins" in frame.f_globals)) is not None):
             return why
         frame = frame.f_back
     return None
 
 
+_TRACE_EVENTS = ("sys.addaudithook", "sys.settrace", "sys.setprofile")
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     # Hooks into the interpreter the tests run in, added by the candidate's code: another audit
-    # hook (which could rewrite what is compiled), or a function's code swapped under its identity.
-    if event == "sys.addaudithook" or (event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__"):
-        where = _from_candidate(any_untrusted=event == "sys.addaudithook")
+    # hook (which could rewrite what is compiled), a trace or profile function (which sees, and
+    # can rewrite, every frame's locals: a report as it is returned), a function's code swapped
+    # under its identity, an object's class swapped (a test item's, for one that ignores failures).
+    if event in _TRACE_EVENTS:
+        where = _from_candidate(any_untrusted=True)
         if where is not None:
-            what = "an audit hook added" if event == "sys.addaudithook" else f"the code of {getattr(args[0], '__qualname__', '?')} swapped"
+            what = {"sys.addaudithook": "an audit hook added", "sys.settrace": "a trace function set",
+                    "sys.setprofile": "a profile function set"}[event]
             _early.append(f"{what} from {where}")
+    elif event == "object.__setattr__" and len(args) > 1 and args[1] in ("__code__", "__class__"):
+        where = _from_candidate()
+        if where is not None:
+            swapped = "code" if args[1] == "__code__" else "class"
+            owner = getattr(args[0], "__qualname__", None) or type(args[0]).__qualname__
+            _early.append(f"the {swapped} of {owner} swapped from {where}")
 
 
 sys.addaudithook(_audit)
@@ -113,7 +129,7 @@ _EMIT = getattr(sys.modules.get("taskforge_pytest_plugin"), "_emit", None)
 
 
 def _members(module_name: str) -> Iterator[tuple[str, Any]]:
-    module = sys.modules.get(module_name)
+    module = _MODULES.get(module_name)
     if module is None:
         return
     for name, value in list(vars(module).items()):
@@ -126,31 +142,84 @@ def _members(module_name: str) -> Iterator[tuple[str, Any]]:
                     yield f"{module_name}.{name}.{attr}", member
 
 
-def _snapshot() -> dict[str, int]:
-    for name in _WATCHED:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
-    return {key: id(value) for name in _WATCHED for key, value in _members(name)}
+for _name in _WATCHED:
+    try:
+        importlib.import_module(_name)
+    except ImportError:
+        pass
+# Every module of pytest, pluggy, unittest and the XML writer loaded now, held by reference: a
+# lookalike put in ``sys.modules`` hides nothing, and a class pytest relies on in a module no list
+# names (``_pytest._code.code.ExceptionInfo``) is watched as well.
+_MODULES: dict[str, types.ModuleType] = {
+    name: module for name, module in list(sys.modules.items())
+    if isinstance(module, types.ModuleType) and (name == "builtins" or name.startswith(_WATCHED_PREFIXES))}
+_AT_START = {name: list(_members(name)) for name in _MODULES}
+_objects: dict[str, Any] = {key: value for found in _AT_START.values() for key, value in found}  # keeps ids valid
+_MODULE_NAMES = list(_MODULES)
+_BASELINE_KEYS = {name: [key for key, _ in found] for name, found in _AT_START.items()}
 
 
-_baseline = _snapshot()
+def _unwrapped(value: Any) -> list[Any]:
+    if isinstance(value, (classmethod, staticmethod, types.MethodType)):
+        return [value.__func__]
+    if isinstance(value, property):
+        return [f for f in (value.fget, value.fset, value.fdel) if f is not None]
+    return [value]
 
 
-def _namespaces(names: tuple[str, ...]) -> list[Any]:
-    """Where the members of these modules live: each module's namespace and its own classes'."""
+# The functions of pytest's classes as loaded, by identity: one of them put in another member's
+# place (``append_failure = append_pass``) is the image's code, in the wrong place.
+_CLASS_CODE: dict[int, tuple[Any, str]] = {}  # filled when first needed: a replacement is rare
+
+
+def _class_code() -> dict[int, tuple[Any, str]]:
+    if not _CLASS_CODE:
+        for name, keys in _BASELINE_KEYS.items():
+            if name == "builtins":
+                continue
+            for key in keys:
+                if "." in key[len(name) + 1:]:
+                    for f in _unwrapped(_objects[key]):
+                        if isinstance(f, types.FunctionType):
+                            _CLASS_CODE[id(f)] = (f, key)
+    return _CLASS_CODE
+
+
+del _AT_START
+
+
+def _misplaced(key: str, value: Any) -> str | None:
+    """Why a replacement of pytest's own that runs trusted code is still no replacement pytest
+    makes: the code of another of its members, or a builtin standing in for a method (a property
+    that is ``bool``). pytest's own additions (``legacypath``'s properties) are functions of its
+    modules."""
+    if key.startswith("builtins."):
+        return None
+    was = _objects.get(key)
+    for function in _unwrapped(value):
+        # In a descriptor, or where a Python function was: a builtin, a class, a C object
+        # (``BaseReport.passed = property(bool)``) runs no code a file can vouch for.
+        in_place_of_code = value is not function or isinstance(was, types.FunctionType)
+        if in_place_of_code and callable(function) and not isinstance(function, types.FunctionType):
+            return f"{_named(function)}, no function, as a method"
+        moved = _class_code().get(id(function))
+        if moved is not None and moved[0] is function and moved[1] != key:
+            return f"the code of {moved[1]}"
+    return None
+
+
+_MODULE_OBJECTS = [_MODULES[name] for name in _MODULE_NAMES]
+
+
+def _namespaces() -> list[tuple[str, Any]]:
+    """Where the watched members live: each module's namespace and its own classes', by module."""
     found = []
-    for name in names:
-        module = sys.modules.get(name)
-        if module is not None:
-            found.append(vars(module))
-            found += [vars(v) for v in list(vars(module).values()) if isinstance(v, type) and v.__module__ == name]
+    for name, module in _MODULES.items():
+        found.append((name, vars(module)))
+        # Not the builtin types: their namespaces cannot change.
+        found += [(name, vars(v)) for v in list(vars(module).values())
+                  if isinstance(v, type) and v.__module__ == name and name != "builtins"]
     return found
-
-
-def _values_of(namespaces: list[Any]) -> list[Any]:
-    return [value for namespace in namespaces for value in list(namespace.values())]
 
 
 def _attributes(instance: Any) -> list[Any]:
@@ -158,8 +227,9 @@ def _attributes(instance: Any) -> list[Any]:
     return values + [v for value in values if isinstance(value, dict) for v in list(value.values())[:64]]
 
 
-_NAMESPACES = _namespaces(_EVERY_TEST)
-_objects: dict[str, Any] = {key: value for name in _WATCHED for key, value in _members(name)}  # keeps ids valid
+_NAMESPACES = _namespaces()
+_UNSTEADY = [namespace for _, namespace in _NAMESPACES if not _VOLATILE.isdisjoint(namespace)]
+_STEADY = [namespace for _, namespace in _NAMESPACES if _VOLATILE.isdisjoint(namespace)]
 
 
 _REAL: dict[str, str] = {}
@@ -198,21 +268,26 @@ def _mark_start() -> int:
 # code, id of its module's namespace). Code is trusted by identity, not by the file it names (a
 # name that ``compile``, ``exec`` or ``CodeType.replace`` can give any code).
 _LOADED: dict[int, tuple[types.CodeType, int]] = {}
+# The modules the interpreter holds frozen name "<frozen ...>", no file: their code is trusted as
+# loaded or not at all (runpy's is on the stack of every test run with ``-m pytest``).
 _LOADED_PREFIXES = ("_pytest", "pytest", "pluggy", "importlib", "_frozen_importlib", "zipimport", "unittest",
-                    "functools")
+                    "functools", "runpy", "taskforge_pytest")  # taskforge's report plugin, loaded before the guard
 
 
-def _load_trusted() -> None:
+def _load_trusted(only: str | None = None) -> None:
     for name, module in list(sys.modules.items()):
-        if not isinstance(module, types.ModuleType):
+        if not isinstance(module, types.ModuleType) or (only is not None and name != only):
             continue
-        # The modules the interpreter holds frozen (runpy, os, codecs, ...) name "<frozen ...>",
-        # no file: their code is trusted as loaded, or not at all.
-        frozen = getattr(getattr(module, "__spec__", None), "origin", None) == "frozen"
-        if not frozen and not name.startswith(_LOADED_PREFIXES):
+        if only is None and not name.startswith(_LOADED_PREFIXES):
             continue
         for value in list(vars(module).values()):
-            members = list(vars(value).values()) if isinstance(value, type) and value.__module__ == name else [value]
+            # Every class once, its ``__module__`` whatever it says (pytest's public classes say
+            # "pytest", and many are imported into several modules).
+            if isinstance(value, type):
+                if id(value) in _WALKED:
+                    continue
+                _WALKED[id(value)] = value
+            members = list(vars(value).values()) if isinstance(value, type) else [value]
             for member in members:
                 # Only what these types hold: a getattr on any object can run its ``__getattr__``
                 # (``pytest.mark.fget`` makes a marker, and warns).
@@ -228,24 +303,32 @@ def _trust_function(function: types.FunctionType, depth: int) -> None:
     code = function.__code__
     if depth > 3:
         return
-    _LOADED[id(code)] = (code, id(function.__globals__))  # imported elsewhere, it keeps its own globals
+    if id(code) not in _LOADED:  # one code, many functions: a decorator's wrapper around each method
+        _LOADED[id(code)] = (code, id(function.__globals__))  # imported elsewhere, it keeps its own globals
+        _LOADED_BY_FILE.setdefault(code.co_filename, []).append(code)
     for cell in function.__closure__ or ():  # what a decorator wrapped
         if _filled(cell) and isinstance(cell.cell_contents, types.FunctionType):
             _trust_function(cell.cell_contents, depth + 1)
 
 
+_LOADED_BY_FILE: dict[str, list[types.CodeType]] = {}
+_WALKED: dict[int, type] = {}
 _BY_FILE: dict[str, dict[int, types.CodeType]] = {}  # nested code of _LOADED, by file: closures made later
 
 
 def _nested_loaded(code: types.CodeType) -> bool:
-    if not _BY_FILE:
-        for loaded, _ in list(_LOADED.values()):
-            stack = [loaded]
-            while stack:
-                current = stack.pop()
-                _BY_FILE.setdefault(current.co_filename, {})[id(current)] = current
-                stack.extend(c for c in current.co_consts if type(c) is types.CodeType)
-    return _BY_FILE.get(code.co_filename, {}).get(id(code)) is code
+    file = code.co_filename
+    if file not in _LOADED_BY_FILE:
+        return False
+    if file not in _BY_FILE:
+        nested: dict[int, types.CodeType] = {}
+        stack = list(_LOADED_BY_FILE[file])
+        while stack:
+            current = stack.pop()
+            nested[id(current)] = current
+            stack.extend(c for c in current.co_consts if type(c) is types.CodeType)
+        _BY_FILE[file] = nested
+    return _BY_FILE[file].get(id(code)) is code
 
 
 _COMPILED: dict[tuple[str, bool], dict[tuple[str, int], Any] | str] = {}
@@ -322,12 +405,10 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
     if isinstance(obj, property):
         return next((why for f in (obj.fget, obj.fset, obj.fdel) if (why := _untrusted(f, depth + 1))), None)
     if isinstance(obj, types.MethodType):
-        return _untrusted(obj.__func__, depth + 1)
+        return _untrusted(obj.__func__, depth + 1) or _untrusted_object(obj.__self__, depth + 1)
     if isinstance(obj, types.FunctionType):
         code = obj.__code__
-        why = _code_why(code, "@py_builtins" in obj.__globals__)
-        if why is None and (loaded := _LOADED.get(id(code))) is not None and loaded[1] != id(obj.__globals__):
-            why = f"the image's code of {code.co_qualname} run in another namespace"
+        why = _code_why(code, "@py_builtins" in obj.__globals__) or _foreign_globals(obj)
         inner = [cell.cell_contents for cell in obj.__closure__ or () if _filled(cell)]
         inner += [*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()]
         for value in inner:
@@ -336,10 +417,10 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
         return why
     if isinstance(obj, _BUILTIN):
         owner = getattr(obj, "__self__", None)
-        return None if owner is None or isinstance(owner, (type, types.ModuleType)) else _untrusted(type(owner), depth + 1)
+        return None if owner is None or isinstance(owner, types.ModuleType) else _untrusted_object(owner, depth + 1)
     if isinstance(obj, functools.partial):
         parts = [obj.func, *obj.args, *obj.keywords.values()]
-        return next((why for p in parts if callable(p) and (why := _untrusted(p, depth + 1))), None)
+        return next((why for p in parts if (why := _untrusted_object(p, depth + 1))), None)
     if isinstance(obj, type):
         for klass in obj.__mro__:
             if klass.__module__ == "builtins":
@@ -350,8 +431,63 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
                     return why
         return None
     if callable(obj):  # an instance: its class's code runs, and what it wraps
-        return _untrusted(type(obj), depth + 1) or _untrusted(getattr(obj, "__wrapped__", None), depth + 1)
+        kind = type(obj)
+        if isinstance(getattr(obj, "__wrapped__", None), types.FunctionType):  # functools.lru_cache
+            return _untrusted(kind, depth + 1) or _untrusted(obj.__wrapped__, depth + 1)
+        if not any(isinstance(vars(k).get("__call__"), types.FunctionType) for k in kind.__mro__):
+            # ``operator.methodcaller("__setattr__", "outcome", "passed")``: a C object that runs
+            # no code of its own a file could vouch for.
+            return f"a callable {kind.__qualname__} object"
+        return _untrusted(kind, depth + 1)
     return None
+
+
+def _untrusted_object(obj: Any, depth: int) -> str | None:
+    """A value trusted code is bound to or called with (a method's ``self``, a partial's
+    arguments): a callable as any, an instance by its class and the functions it holds. Judged
+    once per check: plugins are bound to objects that hold the whole configuration."""
+    if depth > 6 or obj is None or isinstance(obj, (str, bytes, int, float, tuple, frozenset, types.ModuleType)):
+        return None
+    if callable(obj):
+        return _untrusted(obj, depth)
+    seen = _JUDGED.get(id(obj))
+    if seen is not None and seen[0] is obj:
+        return seen[1]
+    _JUDGED[id(obj)] = (obj, None)  # a cycle back to it judges nothing twice
+    why = _untrusted(type(obj), depth + 1)
+    attributes = getattr(obj, "__dict__", None)
+    if why is None and isinstance(attributes, dict):
+        for value in list(attributes.values())[:32]:
+            code_like = isinstance(value, (types.FunctionType, types.MethodType, functools.partial))
+            if code_like and (why := _untrusted(value, depth + 1)):
+                break
+    _JUDGED[id(obj)] = (obj, why)
+    return why
+
+
+_JUDGED: dict[int, tuple[Any, str | None]] = {}  # objects judged in this check
+
+
+_GLOBALS_BY_FILE: dict[str, set[int]] = {}
+
+
+def _foreign_globals(function: types.FunctionType) -> str | None:
+    """Trusted code run in a namespace that is not its module's: a planted global redirects what
+    the image's own code calls (``re.compile``'s code with a ``_compile`` of the candidate's)."""
+    code, namespace = function.__code__, function.__globals__
+    loaded = _LOADED.get(id(code))
+    if loaded is not None and loaded[0] is code:
+        return None if loaded[1] == id(namespace) else f"the image's code of {code.co_qualname} in another namespace"
+    if not _GLOBALS_BY_FILE:
+        for known, space in list(_LOADED.values()):
+            _GLOBALS_BY_FILE.setdefault(known.co_filename, set()).add(space)
+    if id(namespace) in _GLOBALS_BY_FILE.get(code.co_filename, ()):
+        return None
+    module = sys.modules.get(str(namespace.get("__name__")))
+    file = getattr(module, "__file__", None)
+    if module is not None and vars(module) is namespace and isinstance(file, str) and _real(file) == _real(code.co_filename):
+        return None
+    return f"the code of {code.co_qualname} from {code.co_filename} in a namespace that is not its module's"
 
 
 def _untrusted_hook(hook: Any) -> str | None:
@@ -371,37 +507,76 @@ _SINCE = _mark_start()
 _load_trusted()
 _PATH_CACHE_AT_START = dict(sys.path_importer_cache)
 _PLAIN_FINDERS = (importlib.machinery.FileFinder, zipimport.zipimporter)
-# The image's plugins as the scorer loaded them (``-p``), by identity: a plugin registered later
-# under one of their names is not one of them.
-_TRUSTED_PLUGINS: dict[int, Any] = {}
+# The hook implementations of the image's plugins as the scorer loaded them (``-p``), by
+# identity: a plugin registered later under one of their names, or an implementation that names
+# one of them as its plugin, is not one of them.
+_TRUSTED_IMPLS: dict[int, Any] = {}
+_THREADS_AT_START = {id(thread): thread for thread in threading.enumerate()}
+_SIGNALS = tuple(getattr(signal, name) for name in ("SIGALRM", "SIGVTALRM", "SIGPROF", "SIGUSR1", "SIGUSR2",
+                                                      "SIGCHLD", "SIGIO", "SIGWINCH", "SIGTERM", "SIGINT")
+                 if hasattr(signal, name))
+
+
+def _caller_types() -> tuple[type, ...]:
+    import pluggy._hooks as hooks
+
+    return tuple(t for t in (getattr(hooks, "HookCaller", None), getattr(hooks, "_HookCaller", None),
+                             getattr(hooks, "_SubsetHookCaller", None)) if isinstance(t, type))
+
+
+_CALLER_TYPES = _caller_types()
+_HookImpl = importlib.import_module("pluggy._hooks").HookImpl
+
+
+def _impl_shape(impl: Any) -> tuple[Any, ...]:
+    """What a hook implementation was registered with: its function, plugin and ordering."""
+    return tuple(id(getattr(impl, name, None)) if name in ("function", "plugin") else getattr(impl, name, None)
+                 for name in ("function", "plugin", "plugin_name", "wrapper", "hookwrapper", "tryfirst",
+                              "trylast", "optionalhook", "argnames", "kwargnames"))
+
+
+def _named(value: Any) -> str:
+    return str(getattr(value, "__qualname__", None) or type(value).__qualname__)
 
 
 class _Guard:
     def __init__(self) -> None:
         self.findings: list[str] = []
         self._last: dict[str, list[Any]] = {}
+        self._flat: list[Any] = []
+        self._held: dict[int, list[Any]] = {}
+        self._callers: dict[str, Any] = {}
+        self._impls: dict[int, tuple[Any, tuple[Any, ...]]] = {}
 
     def note(self, finding: str) -> None:
         if finding not in self.findings:
             self.findings.append(finding)
 
     def check(self, config: pytest.Config, *, full: bool = True) -> None:
+        _JUDGED.clear()
         for finding in _early:
             self.note(finding)
         for entry in [*sys.meta_path, *sys.path_hooks]:
             if _HOOKS_AT_START.get(id(entry)) is not entry and (why := _untrusted_hook(entry)) is not None:
                 self.note(f"import hook {type(entry).__name__} installed from {why}")
-        modules = _WATCHED if full else _EVERY_TEST
-        if full or self._changed("members", _values_of(_NAMESPACES)):
-            current = {key: value for name in modules for key, value in _members(name)}
+        if not all(map(operator.is_, map(sys.modules.get, _MODULE_NAMES), _MODULE_OBJECTS)):
+            for name, module in _MODULES.items():
+                if sys.modules.get(name) is not module:
+                    self.note(f"sys.modules[{name!r}] is not the module pytest loaded")
+        changed = self._changed_modules()  # every module at the first check
+        if changed:
+            current = {key: value for name in changed for key, value in _members(name)}
             for key, value in current.items():
-                if _baseline.get(key, id(value)) != id(value) and (why := _untrusted(value)) is not None:
+                if _objects.get(key, value) is not value and (why := _untrusted(value) or _misplaced(key, value)):
                     self.note(f"replaced {key} ({why})")
-            for key in current.keys() - _baseline.keys():  # a new override (``TestReport.__setattr__``)
-                if (why := _untrusted(current[key])) is not None:
+            for key in current.keys() - _objects.keys():  # a new override (``TestReport.__setattr__``)
+                if why := _untrusted(current[key]) or _misplaced(key, current[key]):
                     self.note(f"added {key} ({why})")
+            for name in changed:
+                for key in set(_BASELINE_KEYS[name]) - current.keys():
+                    self.note(f"deleted {key}")
         instances = list(_watched_instances(config))
-        if full or self._changed("instances", [v for _, i in instances for v in _attributes(i)]):
+        if self._changed("instances", [v for _, i in instances for v in _attributes(i)]):
             for what, instance in instances:
                 for name, value in list(vars(instance).items()):
                     inner = list(value.values())[:64] if isinstance(value, dict) else [value]
@@ -409,26 +584,79 @@ class _Guard:
                         if callable(each) and (why := _untrusted(each)) is not None:
                             self.note(f"replaced {name} on the {what} ({why})")
                             break
+        self._callbacks()
         if full:
-            for key in _baseline.keys() - current.keys():
-                self.note(f"deleted {key}")
             self._import_caches()
-        hooks = vars(config.pluginmanager.hook)
-        callers = [(name, hooks.get(name)) for name in (list(hooks) if full else _REPORT_HOOKS)]
-        callers = [(name, caller) for name, caller in callers
-                   if caller is not None and not name.startswith("_") and hasattr(caller, "get_hookimpls")]
-        impls = [(name, caller, caller.get_hookimpls()) for name, caller in callers]
-        if not full and not self._changed("hooks", [x for _, c, found in impls for i in found
-                                                    for x in (c._hookexec, i, i.function)]):
+        self._hooks(config, full=full)
+
+    def _hooks(self, config: pytest.Config, *, full: bool) -> None:
+        """The hook table holds pluggy's own callers, the ones first seen under each name; each
+        implementation keeps what it was registered with, and runs trusted code unless it is one
+        the image's plugins registered before any conftest."""
+        relay = config.pluginmanager.hook
+        hooks = dict(vars(relay))
+        # After each test: the table itself, and the callers of the hooks that make a report.
+        # At the start and the end of the session: every caller (judged again only if one of them
+        # changed since it was last judged).
+        report = [hooks.get(name) for name in _REPORT_HOOKS] if not full else list(hooks.values())
+        if not self._changed("hooks" if not full else "all hooks", [*hooks.values(), *map(type, report), *(
+                x for caller in report for x in (getattr(caller, "_hookexec", None), *getattr(caller, "_hookimpls", ())))]):
             return
-        for name, caller, found in impls:
-            if (why := _untrusted(getattr(caller, "_hookexec", None))) is not None:
+        for name, caller in hooks.items():
+            if name.startswith("_"):
+                continue
+            first = self._callers.setdefault(name, caller)
+            if type(caller) not in _CALLER_TYPES or first is not caller:
+                self.note(f"hook {name} is not pluggy's caller ({type(caller).__name__})")
+                continue
+            if (why := _untrusted(caller._hookexec)) is not None:
                 self.note(f"hook {name} called through {why}")
-            for impl in found:
-                if id(impl.plugin) in _TRUSTED_PLUGINS and impl.plugin is _TRUSTED_PLUGINS[id(impl.plugin)]:
+            for impl in caller.get_hookimpls():
+                shape = _impl_shape(impl)
+                seen = self._impls.setdefault(id(impl), (impl, shape))
+                if seen[0] is impl and seen[1] != shape:
+                    self.note(f"hook {name}'s implementation from {impl.plugin_name} changed after it was registered")
+                if _TRUSTED_IMPLS.get(id(impl)) is impl:
                     continue
-                if (why := _untrusted(impl.function)) is not None:
+                if type(impl) is not _HookImpl:
+                    self.note(f"hook {name} has an implementation of type {type(impl).__name__}")
+                elif (why := _untrusted(impl.function)) is not None:
                     self.note(f"hook {name} implemented in {why}")
+
+    def _callbacks(self) -> None:
+        """Code the interpreter calls when nobody scheduled it: threads, gc callbacks, signal
+        handlers. Each runs trusted code, or it can edit a report between the checks."""
+        threads = [(t, getattr(t, "_target", None) or t.run) for t in threading.enumerate()]
+        for thread, target in threads:
+            if _THREADS_AT_START.get(id(thread)) is not thread and (why := _untrusted(target)) is not None:
+                self.note(f"a thread runs {why}")
+        for callback in list(gc.callbacks):
+            if (why := _untrusted(callback)) is not None:
+                self.note(f"a gc callback runs {why}")
+        for number in _SIGNALS:
+            handler = signal.getsignal(number)
+            if callable(handler) and (why := _untrusted(handler)) is not None:
+                self.note(f"the handler of signal {number} runs {why}")
+
+    def _changed_modules(self) -> list[str]:
+        """The watched modules whose namespace, or one of whose classes', holds another object
+        than at the last check (pytest sets a few names of its own as each test runs: those are
+        left out, and only a module that changed is judged again). Values are compared by
+        identity and held, so their ids stay theirs: ``==`` would ask a replacement's ``__eq__``."""
+        flat = list(itertools.chain.from_iterable([namespace.values() for namespace in _STEADY]))
+        flat += [value for namespace in _UNSTEADY for key, value in namespace.items() if key not in _VOLATILE]
+        if len(flat) == len(self._flat) and all(map(operator.is_, flat, self._flat)):
+            return []
+        self._flat = flat
+        changed = []
+        for index, (name, namespace) in enumerate(_NAMESPACES):
+            values = [value for key, value in namespace.items() if key not in _VOLATILE]
+            last = self._held.get(index)
+            if last is None or len(last) != len(values) or not all(map(operator.is_, last, values)):
+                self._held[index] = values
+                if not changed or changed[-1] != name:
+                    changed.append(name)
+        return changed
 
     def _changed(self, what: str, objects: list[Any]) -> bool:
         """Whether these objects are not the very ones of the last check (held, so their ids stay
@@ -534,6 +762,7 @@ def _wrapped(function: Any) -> Any:
 
 
 _collected: dict[str, tuple[Any, Any]] = {}
+_ITEM_TYPES: dict[str, type] = {}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -541,9 +770,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """The hidden tests run as written: each collected test of a trusted file runs code compiled
     from a trusted file (its own, or a test module beside it that defines a mixin it inherits) as
     the scorer wrote it, not code a loader, an audit hook or a swap put there."""
+    guard = session.config.stash[_guard_key]
+    for item in session.items:
+        _ITEM_TYPES[item.nodeid] = type(item)
+    for kind in set(_ITEM_TYPES.values()):
+        if (why := _untrusted(kind)) is not None:
+            guard.note(f"tests collected as {kind.__qualname__}, which runs {why}")
     if not _tests:
         return
-    guard = session.config.stash[_guard_key]
     compiled: dict[tuple[str, bool], dict[tuple[str, int], Any] | None] = {}
     changed: set[str] = set()
 
@@ -626,6 +860,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             guard.note(f"{item.nodeid} runs another function than the one collected")
     if "runtest" in vars(item):
         guard.note(f"{item.nodeid} has its own runtest on the instance")
+    if type(item) is not _ITEM_TYPES.get(item.nodeid, type(item)):
+        guard.note(f"the class of {item.nodeid} changed after collection ({type(item).__qualname__})")
 
 
 _guard_key = pytest.StashKey[_Guard]()
@@ -634,12 +870,13 @@ _CONFIG: list[pytest.Config] = []  # logfinish gets no config; the session's, on
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """Before any conftest, and so before any project code but a plugin's own, the image's
-    plugins are the objects the scorer's ``-p`` loaded."""
-    for name in _trusted:
-        plugin = early_config.pluginmanager.get_plugin(name)
-        if plugin is not None:
-            _TRUSTED_PLUGINS[id(plugin)] = plugin
+    """Before any conftest, and so before any project code but a plugin's own, every hook
+    implementation is pytest's or one of the image's plugins' that the scorer's ``-p`` loaded:
+    they are trusted as registered (a later change to one is still found)."""
+    for caller in list(vars(early_config.pluginmanager.hook).values()):
+        for impl in getattr(caller, "get_hookimpls", list)():
+            _TRUSTED_IMPLS[id(impl)] = impl  # pytest's own, and the image's plugins'
+
 
 
 @pytest.hookimpl(trylast=True)
@@ -675,3 +912,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         writer.add_global_property(GUARD_PROPERTY, "1")
         for finding in guard.findings:
             writer.add_global_property(TAMPERED_PROPERTY, finding[:300])
+
+
+_load_trusted(only=__name__)  # the guard's own code, as loaded

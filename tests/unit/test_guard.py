@@ -356,6 +356,112 @@ def test_code_is_trusted_for_what_it_is_not_for_the_file_it_names(tmp_path: Path
     assert any(f.startswith(finding) for f in findings), findings
 
 
+# A second red team (2026-12-06, against the design above) put these past it: trusted code in the
+# wrong place or bound to the candidate's data, the hook table and hook implementations edited in
+# place, lookalike modules, a class of pytest's in a module no list named, and code the
+# interpreter calls when nobody scheduled it. Each forges the first test's failure into a pass.
+BORROWED = {
+    "an override on a class in a module no list named": ('''\
+        import _pytest._code.code as C
+        C.ExceptionInfo.__bool__ = lambda self: False
+    ''', "added _pytest._code.code.ExceptionInfo.__bool__"),
+    "a builtin as a property": ('''\
+        import _pytest.reports
+        _pytest.reports.BaseReport.passed = property(bool)
+    ''', "replaced _pytest.reports.BaseReport.passed (bool, no function"),
+    "pytest's own code in another member's place": ('''\
+        from _pytest.junitxml import _NodeReporter
+        _NodeReporter.append_failure = _NodeReporter.append_pass
+    ''', "replaced _pytest.junitxml._NodeReporter.append_failure (the code of"),
+    "the standard library's code with a planted global": ('''\
+        import builtins, re, types
+        from _pytest.junitxml import _NodeReporter
+        def _evil(self, report):
+            self.append_pass(report)
+        _NodeReporter.append_failure = types.FunctionType(
+            re.compile.__code__, {"_compile": _evil, "__builtins__": builtins}, "append_failure", re.compile.__defaults__)
+    ''', "replaced _pytest.junitxml._NodeReporter.append_failure (the code of compile"),
+    "a lookalike in the hook table": ('''\
+        import gc, _pytest.config
+        config = next(o for o in gc.get_objects() if isinstance(o, _pytest.config.Config))
+        relay = config.pluginmanager.hook
+        class Proxy:
+            def __init__(self, inner):
+                self._inner = inner
+            def __getattr__(self, name):
+                return getattr(self._inner, name)
+            def __call__(self, **kw):
+                return forge(self._inner(**kw))
+        relay.pytest_runtest_makereport = Proxy(relay.pytest_runtest_makereport)
+    ''', "hook pytest_runtest_makereport is not pluggy's caller"),
+    "a hook implementation's function swapped for a C object": ('''\
+        import gc, operator, types, _pytest.config
+        config = next(o for o in gc.get_objects() if isinstance(o, _pytest.config.Config))
+        plugin = types.ModuleType("innocent")
+        exec("def pytest_runtest_logreport(report):\\n    pass\\n", vars(plugin))
+        config.pluginmanager.register(plugin, "innocent")
+        for impl in config.pluginmanager.hook.pytest_runtest_logreport.get_hookimpls():
+            if impl.plugin is plugin:
+                impl.function = operator.methodcaller("__setattr__", "outcome", "passed")
+    ''', "hook pytest_runtest_logreport implemented in a callable methodcaller object"),
+    "pluggy's hook executor bound to the candidate's object": ('''\
+        import gc, types, _pytest.config
+        from pluggy import PluginManager
+        config = next(o for o in gc.get_objects() if isinstance(o, _pytest.config.Config))
+        caller = config.pluginmanager.hook.pytest_runtest_makereport
+        real = caller._hookexec
+        class Self:
+            @staticmethod
+            def _inner_hookexec(name, methods, kwargs, firstresult):
+                return forge(real(name, methods, kwargs, firstresult))
+        caller._hookexec = types.MethodType(PluginManager._hookexec, Self())
+    ''', "hook pytest_runtest_makereport called through"),
+    "a hook caller's class swapped": ('''\
+        import gc, _pytest.config
+        from pluggy import HookCaller
+        config = next(o for o in gc.get_objects() if isinstance(o, _pytest.config.Config))
+        class Caller(HookCaller):
+            __slots__ = ()
+            def __call__(self, **kwargs):
+                return forge(super().__call__(**kwargs))
+        config.pluginmanager.hook.pytest_runtest_makereport.__class__ = Caller
+    ''', "the class of HookCaller swapped from"),
+    "a lookalike module in sys.modules": ('''\
+        import sys, types
+        import _pytest.runner as real
+        shadow = types.ModuleType(real.__name__)
+        vars(shadow).update(vars(real))
+        sys.modules[real.__name__] = shadow
+    ''', "sys.modules['_pytest.runner'] is not the module pytest loaded"),
+    "a profile function": ('''\
+        import sys
+        def profile(frame, event, arg):
+            if event == "return" and frame.f_code.co_name == "pytest_runtest_makereport" and arg is not None:
+                forge(arg)
+        sys.setprofile(profile)
+    ''', "a profile function set from"),
+    "a gc callback": ('''\
+        import gc
+        gc.callbacks.append(lambda phase, info: None)
+    ''', "a gc callback runs"),
+    "a signal handler": ('''\
+        import signal
+        signal.signal(signal.SIGUSR2, lambda number, frame: None)
+    ''', "the handler of signal"),
+    "a thread": ('''\
+        import threading, time
+        threading.Thread(target=lambda: time.sleep(5), daemon=True).start()
+    ''', "a thread runs"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(BORROWED))
+def test_trust_is_not_borrowed(tmp_path: Path, attack: str) -> None:
+    code, finding = BORROWED[attack]
+    findings = _run(tmp_path, FEATURE + textwrap.dedent(FORGE) + textwrap.dedent(code))
+    assert any(f.startswith(finding) for f in findings), findings
+
+
 def test_a_plugin_registered_under_an_image_plugins_name_is_not_the_image_plugin(tmp_path: Path) -> None:
     takeover = FEATURE + textwrap.dedent("""\
         import gc, _pytest.config
