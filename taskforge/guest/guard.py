@@ -6,26 +6,30 @@ Standalone (stdlib and pytest only): the scorer copies it into the sandbox as
 ``taskforge_pytest_guard.py`` and loads it with ``-p taskforge_pytest_guard``, with plugin
 autoloading disabled. It is imported before any ``conftest.py`` or package code, and then:
 
-- records the identity of every function and class in pytest's reporting machinery (runner,
-  reports, skipping, outcomes, junitxml, terminal, the python and unittest collectors), in
-  pluggy's hook calling, in ``unittest.case`` and in ``builtins``;
-- after each test's teardown and at the end of the session, compares them again, and looks at
-  every hook implementation registered with pytest.
+- holds every module of pytest, pluggy, unittest and the XML writer by reference, and trusts
+  the code the image loaded before any project code ran (by identity, in its module's namespace);
+- after each test's teardown and at the end of the session, compares those modules' members
+  (and ``sys.modules``) with what they were, and judges every hook caller and implementation,
+  import hook, callback nobody scheduled (threads, gc callbacks, signal handlers), and the
+  callables of the plugin manager, the JUnit writer and the terminal reporter.
+
+Code is trusted for what it is, not for the file its code object names: loaded before project
+code, or equal to a fresh compile of an image file or of one laid before the run, and never from
+a file the candidate wrote (``$TASKFORGE_GUARD_CANDIDATE``, a JSON list of absolute paths). Hook
+implementations registered before the first conftest (pytest's own and the image's plugins') are
+trusted as registered, and may not change afterwards.
 
 It also holds the hidden tests to their files (``$TASKFORGE_GUARD_TESTS``: each test file's
 path and sha256 as the scorer wrote it): after collection, every collected test of those files
 must run code compiled from the file, unchanged on disk (assertions rewritten as pytest rewrites
-them), and still the same code when it is set up. An audit hook it installs first notes an audit
-hook added, or a function's code swapped, from the candidate's code; import hooks the candidate's
-code adds to ``sys.meta_path`` or ``sys.path_hooks`` are noted too.
+them), and still the same code, of the same class, when it is set up. An audit hook it installs
+first notes audit, trace and profile hooks added, and code objects or classes swapped, from the
+candidate's code.
 
-A replaced function, or a hook implementation, that comes from a file the candidate wrote (the
-list arrives in ``$TASKFORGE_GUARD_CANDIDATE``, a JSON list of absolute paths), or from nowhere
-traceable, is tampering; the hooks of the image's own plugins (``$TASKFORGE_GUARD_TRUSTED``) are
-not held against a candidate that edits their module. Each finding becomes a ``taskforge.tampered`` property of the JUnit
-``<testsuite>``; ``taskforge.guard`` marks a report the guard saw through, so a report without it
-was not written by a guarded run. Checks run between tests only, so a test's own monkeypatching
-(undone at its teardown) is never mistaken for tampering.
+Each finding becomes a ``taskforge.tampered`` property of the JUnit ``<testsuite>`` and goes
+through the scoring supervisor's stream; ``taskforge.guard`` marks a report the guard saw
+through, so a report without it was not written by a guarded run. Checks run between tests
+only, so a test's own monkeypatching (undone at its teardown) is never mistaken for tampering.
 """
 
 from __future__ import annotations
@@ -71,9 +75,9 @@ _REPORT_HOOKS = ("pytest_runtest_makereport", "pytest_runtest_logreport", "pytes
 _VOLATILE = frozenset({"_reprcompare", "_assertion_pass", "_config"})
 
 _candidate: frozenset[str] = frozenset(os.path.realpath(p) for p in json.loads(os.environ.pop(CANDIDATE_ENV, "[]")))
-# The image's own pytest plugins (loaded with -p by the scorer): a project that is itself a pytest
-# plugin keeps its hooks even where the candidate edits their module.
-_trusted: frozenset[str] = frozenset(json.loads(os.environ.pop(TRUSTED_ENV, "[]")))
+# The image's own pytest plugins by name, as the scorer passes them: taken out of the candidate's
+# sight. The guard trusts their hooks as registered before the first conftest, not by name.
+os.environ.pop(TRUSTED_ENV, None)
 # The test files the selected tests live in, as the scorer wrote them: absolute path -> sha256.
 _tests: dict[str, str] = {os.path.realpath(k): v for k, v in json.loads(os.environ.pop(TESTS_ENV, "{}")).items()}
 _early: list[str] = []  # what the audit hook saw, before any config exists to hold it
@@ -803,6 +807,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             return compiled[(path, rewritten)]
         try:
             compiled[(path, rewritten)] = _trusted_code(path, data, rewritten, session.config)
+            # The same compile vouches for the test file's code wherever else it is judged.
+            _COMPILED.setdefault((path, rewritten), compiled[(path, rewritten)])
         except Exception as err:  # noqa: BLE001 - a file the guard cannot compile proves nothing either way
             guard.note(f"test file {path} does not compile as pytest compiles it: {type(err).__name__}")
         return compiled[(path, rewritten)]

@@ -774,14 +774,20 @@ def test_a_static_library_is_read_as_the_objects_it_holds(tmp_path: Path, tasks:
     assert task.audit(ws) == []
 
 
+def _headers_tarball(mode: str, arcname: str = "stanzakit/headers.py") -> bytes:
+    """A tarball (``mode``: ``w:gz``, ``w:xz``) holding the original ``stanzakit/headers.py``."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode=mode) as tar:
+        tar.add(ORIGINAL / "stanzakit/headers.py", arcname=arcname)
+    return data.getvalue()
+
+
 def test_a_debian_package_is_opened(tmp_path: Path, tasks: dict[str, Task]) -> None:
     task = tasks["symbol"]
     ws = workspace(tmp_path / "ws", task)
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w:xz") as tar:
-        tar.add(ORIGINAL / "stanzakit/headers.py", arcname="./usr/lib/python3/dist-packages/stanzakit/headers.py")
+    data = _headers_tarball("w:xz", arcname="./usr/lib/python3/dist-packages/stanzakit/headers.py")
     deb = _ar_archive({"debian-binary": b"2.0\n", "control.tar.gz": gzip.compress(b"\0" * 1024),
-                       "data.tar.xz": data.getvalue()})
+                       "data.tar.xz": data})
     (ws / "python3-stanzakit_1.0_all.deb").write_bytes(deb)
     path = "python3-stanzakit_1.0_all.deb!/data.tar.xz!/usr/lib/python3/dist-packages/stanzakit/headers.py"
     assert located(task.audit(ws), ws) == {(path, "ar")}
@@ -799,12 +805,7 @@ def test_compressed_streams_inside_a_program(tmp_path: Path, tasks: dict[str, Ta
         inner = zlib.compress(marshal.dumps(compile(source, "stanzakit/headers.py", "exec")))
         kind = "zlib"
     else:
-        tarball = io.BytesIO()
-        with tarfile.open(fileobj=tarball, mode="w:gz") as tar:
-            info = tarfile.TarInfo("stanzakit/headers.py")
-            info.size = len(source.encode())
-            tar.addfile(info, io.BytesIO(source.encode()))
-        inner = tarball.getvalue()
+        inner = _headers_tarball("w:gz")
         kind = "tar"
     (ws / "tools").mkdir()
     spacing = 64 if payload == "small installer" else 64 * 1024
@@ -886,14 +887,11 @@ def test_a_tarball_behind_a_long_shell_script(tmp_path: Path, tasks: dict[str, T
     # alone, the payload went unread.
     task = tasks["symbol"]
     ws = workspace(tmp_path / "ws", task)
-    payload = io.BytesIO()
-    with tarfile.open(fileobj=payload, mode="w:gz") as tar:
-        tar.add(ORIGINAL / "stanzakit/headers.py", arcname="stanzakit/headers.py")
     script = "#!/bin/sh\n" + "".join(f"echo 'installing step {i} of the bundled tools'\n" for i in range(400))
     script += 'tail -c +"$OFFSET" "$0" | tar xz\nexit 0\n'
     assert len(script) > 8192
     (ws / "tools").mkdir()
-    (ws / "tools/install.sh").write_bytes(script.encode() + payload.getvalue())
+    (ws / "tools/install.sh").write_bytes(script.encode() + _headers_tarball("w:gz"))
     found = located(task.audit(ws), ws)
     assert found and all(path.startswith("tools/install.sh!@") for path, _ in found), found
 
