@@ -581,7 +581,10 @@ def main() -> None:
     if sys.argv[1:2] == ["--fork-server"]:
         _serve(int(sys.argv[2]))
         return
-    request = json.loads(sys.stdin.buffer.readline())
+    line = sys.stdin.buffer.readline()
+    if not line.strip():
+        return  # a driver started ahead of a run that never came (``supervisor.py``)
+    request = json.loads(line)
     payload = sys.stdin.buffer.read()
     replies = []
     for number, nonce in enumerate(request["nonces"]):

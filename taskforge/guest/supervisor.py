@@ -7,7 +7,8 @@ SETUID and SETGID capabilities; every other exec runs as the sandbox user. This 
 
     python -I -S /tmp/taskforge/supervisor.py UID GID < request.json+changed-files.tar
 
-1. makes a pipe, and starts the driver (``driver.py``, the same request on its stdin) as UID:GID
+1. makes a pipe, and starts the driver (``driver.py``, the same request on its stdin once it
+   comes: a supervisor may be started before its request is known) as UID:GID
    with the pipe's write end inherited as ``$TASKFORGE_OUTCOME_FD``. The driver hands it to
    pytest, and taskforge's pytest plugin writes one JSON line to it when each test finishes and
    one when the session does;
@@ -80,7 +81,8 @@ def _reap_user(uid, gid):  # type: ignore[no-untyped-def]
 
 def main() -> None:
     uid, gid = int(sys.argv[1]), int(sys.argv[2])
-    request = sys.stdin.buffer.read()
+    # The driver starts before the request is read: a supervisor started ahead of its run
+    # (``DockerSandbox.prespawn``) has the driver's start-up behind it when the request comes.
     read_end, write_end = os.pipe()
     env = dict(os.environ)
     env[OUTCOME_ENV] = str(write_end)
@@ -105,6 +107,7 @@ def main() -> None:
     ]
     for reader in readers:
         reader.start()
+    request = sys.stdin.buffer.read()
     try:
         proc.stdin.write(request)
     except (BrokenPipeError, ConnectionResetError):

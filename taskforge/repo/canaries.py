@@ -32,7 +32,7 @@ from typing import Any
 
 from taskforge.repo.text import source_lines
 
-__all__ = ["TWIN_RANK", "Twin", "make_twins", "parse_source", "place_twin", "twin_ids"]
+__all__ = ["TWIN_RANK", "Twin", "make_twins", "parse_source", "place_twin", "place_twins", "twin_ids"]
 
 _PARSE_LOCK = threading.Lock()
 
@@ -596,6 +596,31 @@ def make_twins(hidden: Mapping[str, str | None], fail_to_pass: Sequence[str], *,
         assert text is not None
         twins += _twins_of(text, file, classes, name, tuple(sorted(set(groups[(file, classes, name)]))), rng)
     return twins
+
+
+def place_twins(text: str, twins: Sequence[Twin]) -> str:
+    """``text`` with each of ``twins`` in its test's place: ``place_twin`` for each in turn (a
+    later twin of the same function replaces an earlier one), in one parse of the file and one
+    check of the result, not two per twin (a scoring places up to a dozen in one file)."""
+    tree = parse_source(text)
+    spans: dict[tuple[int, int], Twin] = {}
+    for twin in twins:
+        function = _find(tree, twin.classes, twin.name)
+        if function is None:
+            raise ValueError(f"{twin.test} is not one plain function of {twin.file}")
+        spans[_span(function)] = twin
+    lines = source_lines(text)
+    end = "\r" if lines and all(line.endswith("\r") for line in lines if line) else ""
+    for (first, last), twin in sorted(spans.items(), reverse=True):  # bottom up: spans above keep their lines
+        lines[first - 1: last] = [line.rstrip("\r") + end for line in source_lines(twin.source)]
+    placed = "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+    try:
+        parse_source(placed)
+    except SyntaxError:
+        for twin in spans.values():  # which twin: the error place_twin gives
+            place_twin(text, twin)
+        raise ValueError(f"the twins of {', '.join(t.test for t in spans.values())} do not place as Python") from None
+    return placed
 
 
 def place_twin(text: str, twin: Twin, *, name: str | None = None) -> str:

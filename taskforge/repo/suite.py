@@ -311,6 +311,21 @@ def lay_tree(box: Sandbox, tree: Path, tool_files: Mapping[str, bytes], *, repla
     })
 
 
+SUPERVISOR_USER = "0:0"
+
+
+def supervisor_command(limits: SandboxLimits) -> list[str]:
+    """The exec of a supervised run (``taskforge/guest/supervisor.py``), as root."""
+    uid, _, gid = limits.user.partition(":")
+    return ["python", "-I", "-S", f"{_TOOL_DIR}/supervisor.py", uid, gid or uid]
+
+
+def prespawn_supervisor(box: Sandbox, limits: SandboxLimits) -> None:
+    """Start ``box``'s supervisor, and through it the driver, ahead of a supervised run of a
+    laid tree: the run's exec takes them over with their start-up done."""
+    box.prespawn(supervisor_command(limits), workdir=WORKSPACE, user=SUPERVISOR_USER)
+
+
 class SuiteRunner:
     """One warm, hardened container for one repository, running pytest on states of its tree.
 
@@ -504,8 +519,7 @@ class SuiteRunner:
         payload = json.dumps(request).encode() + b"\n" + _tar(text_changes)
         started = time.monotonic()
         if supervised:
-            uid, _, gid = self.limits.user.partition(":")
-            command = ["python", "-I", "-S", f"{_TOOL_DIR}/supervisor.py", uid, gid or uid]
+            command = supervisor_command(self.limits)
         else:
             command = ["python", f"{_TOOL_DIR}/driver.py"]
         result = box.exec(
@@ -515,7 +529,7 @@ class SuiteRunner:
             stdin=payload,
             output_limit=_REPLY_LIMIT * repeats,
             reap=False,  # the driver reaps, and reports the limits hit
-            user="0:0" if supervised else None,
+            user=SUPERVISOR_USER if supervised else None,
         )
         duration = time.monotonic() - started
         stream: OutcomeStream | None = None

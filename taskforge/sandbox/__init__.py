@@ -142,6 +142,11 @@ class Sandbox(Protocol):
         user: str | None = None,
     ) -> ExecResult: ...
 
+    def prespawn(self, cmd: Sequence[str], *, workdir: str = "/workspace", env: Mapping[str, str] | None = None,
+                 user: str | None = None) -> None:
+        """Start ``cmd`` waiting on its stdin, for the next ``exec`` of the same command to take over."""
+        ...
+
     def put_tree(self, src: Path, dest: str, *, exclude: Sequence[str] = (),
                  also: Mapping[str, bytes] | None = None, replace: bool = False) -> None: ...
 

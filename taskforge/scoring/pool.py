@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from taskforge.errors import TaskforgeError
-from taskforge.repo.suite import lay_tree
+from taskforge.repo.suite import lay_tree, prespawn_supervisor
 from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
 
 __all__ = ["ContainerPool", "Layer", "lay_task_tree"]
@@ -106,7 +106,10 @@ class ContainerPool:
         """Start filling the pool with containers of ``image`` now."""
         self._refill(image)
 
-    def acquire(self, image: str, *, layer: Layer | None = None) -> Sandbox:
+    def acquire(self, image: str, *, layer: Layer | None = None, refill: bool = True) -> Sandbox:
+        """A container of ``image`` (laid with ``layer``). ``refill=False`` leaves the refill to a
+        later ``warm``: a caller whose runs are about to start keeps the CPU for them, and starts
+        the next containers once they are done."""
         box: Sandbox | None = None
         key: Hashable = None
         with self._lock:
@@ -120,7 +123,8 @@ class ContainerPool:
                     self.hits += 1
                     break
                 candidate.close()
-        self._refill(image)
+        if refill or box is None:
+            self._refill(image)
         if box is None:
             box = self._start(image)
         if layer is not None:
@@ -154,6 +158,10 @@ class ContainerPool:
                 ready.get()[0].close()
 
 
-def lay_task_tree(box: Sandbox, replace: bool, *, tree: Path, tools: Mapping[str, bytes]) -> None:
-    """A :data:`Layer`'s ``lay``: a task's start state and the scorer's tools."""
+def lay_task_tree(box: Sandbox, replace: bool, *, tree: Path, tools: Mapping[str, bytes],
+                  supervisor: SandboxLimits | None = None) -> None:
+    """A :data:`Layer`'s ``lay``: a task's start state and the scorer's tools, and with
+    ``supervisor`` (the scorer's limits) the run's supervisor started, waiting for its request."""
     lay_tree(box, tree, tools, replace=replace)
+    if supervisor is not None:
+        prespawn_supervisor(box, supervisor)

@@ -170,7 +170,8 @@ class Scorer:
 
     ``concurrency`` bounds how many scorings run at once (each in its own container; ``score``
     blocks for a slot); ``prestart`` is how many containers the pool keeps started ahead
-    (default: ``concurrency``); ``timeout_s`` bounds one test run.
+    (default: ``4 * concurrency``, two scorings with canaries per slot); ``timeout_s`` bounds one
+    test run.
     """
 
     def __init__(
@@ -196,8 +197,10 @@ class Scorer:
         self.timeout_s = timeout_s
         self.concurrency = concurrency
         self.mode: RewardMode = mode
-        # A task with canaries runs its tests in two containers at once (see verdict.plan_runs).
-        self.pool = ContainerPool(backend, limits=self.limits, size=2 * concurrency if prestart is None else prestart,
+        # A task with canaries runs its tests in two containers at once (see verdict.plan_runs);
+        # the pool holds two scorings' worth for each slot, as a scoring's runs take containers
+        # without refilling, and the refill starts when they are done (``_runs``).
+        self.pool = ContainerPool(backend, limits=self.limits, size=4 * concurrency if prestart is None else prestart,
                                   labels=labels)
         self._slots = threading.BoundedSemaphore(concurrency)
         self._work = tempfile.TemporaryDirectory(prefix="taskforge-score-")
@@ -322,13 +325,18 @@ class Scorer:
               timeout_s: float) -> list[tuple[Part, RunResult]]:
         """One scoring's runs (``plan_runs``: two at once with canaries), each with what it ran."""
         plan = plan_runs(task, prepared.changes, selected)
-        if len(plan) == 1:
-            runs = [self._run(task, state, plan[0].changes, prepared.kept, plan[0].select, timeout_s)]
-        else:
-            with ThreadPoolExecutor(max_workers=len(plan), thread_name_prefix="taskforge-split") as split:
-                futures = [split.submit(self._run, task, state, part.changes, prepared.kept, part.select, timeout_s)
-                           for part in plan]
-                runs = [future.result() for future in futures]
+        try:
+            if len(plan) == 1:
+                runs = [self._run(task, state, plan[0].changes, prepared.kept, plan[0].select, timeout_s)]
+            else:
+                with ThreadPoolExecutor(max_workers=len(plan), thread_name_prefix="taskforge-split") as split:
+                    futures = [split.submit(self._run, task, state, part.changes, prepared.kept, part.select,
+                                            timeout_s) for part in plan]
+                    runs = [future.result() for future in futures]
+        finally:
+            # The containers for the next scorings start now, not beside these runs: on a busy
+            # machine their start-up competed with the tests for the same CPUs.
+            self.pool.warm(task.image_name)
         return list(zip(plan, runs, strict=True))
 
     def _ensure_image(self, task: Task) -> None:
@@ -436,8 +444,9 @@ class Scorer:
     def _run(self, task: Task, state: _TaskState, changes: Mapping[str, bytes | None], kept: list[str],
              select: list[str], timeout_s: float) -> RunResult:
         tools = {f"{GUARD_MODULE}.py": _GUARD_SOURCE.read_bytes()}
-        box = self.pool.acquire(task.image_name, layer=(
-            str(state.start.path), functools.partial(lay_task_tree, tree=state.start.path, tools=tools)))
+        box = self.pool.acquire(task.image_name, refill=False, layer=(
+            str(state.start.path), functools.partial(lay_task_tree, tree=state.start.path, tools=tools,
+                                                  supervisor=self.limits)))
         try:
             # The image's plugins by module (autoloading is off), but those the task's environment
             # switches off (one written for another pytest: ``SuiteRunner.layout``).

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from taskforge.errors import SandboxError
-from taskforge.repo.canaries import TWIN_RANK, Twin, place_twin
+from taskforge.repo.canaries import TWIN_RANK, Twin, place_twins
 from taskforge.repo.suite import RunResult
 from taskforge.task import Task
 
@@ -63,12 +63,15 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
 
     def with_twins(group: list[Twin]) -> dict[str, bytes | None]:
         placed = dict(changes)
+        by_file: dict[str, list[Twin]] = {}
         for twin in group:
-            text = placed.get(twin.file)
+            by_file.setdefault(twin.file, []).append(twin)
+        for file, twins in by_file.items():
+            text = placed.get(file)
             if text is None:
-                raise SandboxError(f"the canary of {twin.test} has no file {twin.file} in the hidden tests",
+                raise SandboxError(f"the canary of {twins[0].test} has no file {file} in the hidden tests",
                                    reason="canary_broken")
-            placed[twin.file] = place_twin(text.decode(), twin).encode()
+            placed[file] = place_twins(text.decode(), twins).encode()
         return placed
 
     def ids(group: list[Twin]) -> frozenset[str]:

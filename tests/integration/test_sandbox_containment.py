@@ -135,3 +135,46 @@ def test_tree_round_trip(box, tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert (out / "pkg" / "sub dir" / "ünïcode.txt").read_text() == "é"
     with pytest.raises(FileNotFoundError):
         box.read_file("/workspace/missing")
+
+
+# A command that says when it started (before reading its stdin) and what it read.
+_STAMPED = ["python3", "-c", "import sys, time; t = time.time(); data = sys.stdin.read(); print(t, len(data))"]
+
+
+def test_prespawned_command_is_taken_over_by_the_same_exec(box) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    box.prespawn(_STAMPED)
+    time.sleep(1.0)  # it started and waits on its stdin
+    asked = time.time()
+    result = box.exec(_STAMPED, timeout_s=30, stdin=b"x" * 100_000)
+    started, read = result.stdout.decode().split()
+    assert result.exit_code == 0 and int(read) == 100_000
+    assert float(started) < asked - 0.5, "the exec started a new process instead of taking over the waiting one"
+    # Taken once: the next exec of the same command starts its own.
+    asked = time.time()
+    again = box.exec(_STAMPED, timeout_s=30, stdin=b"y")
+    assert float(again.stdout.decode().split()[0]) >= asked - 0.05
+
+
+def test_another_exec_ends_the_prespawned_command_first(box) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    marker = "/tmp/prespawned-ended"
+    box.prespawn(["sh", "-c", f"cat > /dev/null; sleep 0.3; echo > {marker}"])
+    # A different command (and the same command without stdin) does not take it: it is ended,
+    # its stdin closed and its output read to its end, before the other command starts.
+    seen = box.exec(["sh", "-c", f"test -e {marker} && echo ended || echo running"], timeout_s=30, reap=False)
+    assert seen.stdout.decode().split() == ["ended"], seen.text()
+    asked = time.time()
+    fresh = box.exec(_STAMPED, timeout_s=30, stdin=b"")
+    assert float(fresh.stdout.decode().split()[0]) >= asked - 0.05
+
+
+def test_closing_a_sandbox_with_a_prespawned_command(backend, base_image) -> None:  # type: ignore[no-untyped-def]
+    box = backend.start(base_image.tag, limits=SMALL)
+    box.prespawn(["sh", "-c", "cat > /dev/null"])
+    box.close()
+    assert box.name not in backend.managed_containers()
+    with pytest.raises(SandboxError, match="no longer running"):
+        box.exec(["true"], timeout_s=10)

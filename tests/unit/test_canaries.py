@@ -6,11 +6,12 @@ tests/integration/test_scorer_integrity.py."""
 from __future__ import annotations
 
 import ast
+import random
 import textwrap
 
 import pytest
 
-from taskforge.repo.canaries import Twin, make_twins, place_twin, twin_ids
+from taskforge.repo.canaries import Twin, make_twins, place_twin, place_twins, twin_ids
 
 FILE = "tests/test_p.py"
 SOURCE = textwrap.dedent('''\
@@ -326,3 +327,23 @@ def test_a_method_inherited_from_another_module_gets_no_twin() -> None:
     others = ["tests/test_astroid.py::TestAstroid::test_tuples"]
     assert {t.name for t in make_twins(files, ids, others=others, seed="s")} == {"test_own"}
     assert {t.name for t in make_twins(files, ids, seed="s")} == {"test_tuples", "test_own"}
+
+
+def test_placing_twins_together_is_placing_them_one_by_one() -> None:
+    """A scoring places one twin per test, all of a file's at once (one parse, not two per twin):
+    the file is the one placing them in turn would give, whatever the order and the line counts,
+    and with CRLF line ends kept."""
+    rng = random.Random(7)
+    twins = _twins()
+    for text in (SOURCE, SOURCE.replace("\n", "\r\n")):
+        for _ in range(20):
+            group = rng.sample(twins, rng.randrange(1, len(twins) + 1))
+            one_by_one = text
+            for twin in group:
+                one_by_one = place_twin(one_by_one, twin)
+            assert place_twins(text, group) == one_by_one
+    with pytest.raises(ValueError, match="is not one plain function"):
+        place_twins("def test_other():\n    pass\n", twins[:1])
+    broken = Twin.from_json({**twins[0].to_json(), "source": f"def {twins[0].name}():\n    assert (\n"})
+    with pytest.raises(ValueError, match="does not place as Python"):
+        place_twins(SOURCE, [twins[-1], broken])
