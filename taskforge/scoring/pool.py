@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,6 +14,8 @@ from taskforge.repo.suite import lay_tree, prespawn_supervisor
 from taskforge.sandbox import Sandbox, SandboxBackend, SandboxLimits
 
 __all__ = ["ContainerPool", "Layer", "lay_task_tree"]
+
+_PENDING_WAIT_S = 120.0
 
 
 def _close_quietly(box: Sandbox) -> None:
@@ -31,8 +34,10 @@ class ContainerPool:
     """Pre-started sandboxes, each handed out once and then destroyed by its user.
 
     ``acquire(image)`` returns a started container of ``image``: a ready one when there is one,
-    else one started on the spot. Each acquire refills the pool in the background to ``size``
-    ready containers of the image last asked for; ready containers of other images are closed.
+    else one already starting once it is ready, else one started on the spot. Each acquire
+    refills the pool in the background to ``size`` ready containers of the image last asked for
+    (``refill=False``: the caller refills with ``warm``, to as many as it knows it will ask for);
+    ready containers of other images are closed (``wasted`` counts them).
     ``acquire(image, layer=...)`` returns one that holds the layer's files (a task's tree): the
     containers the pool starts from then on are laid in the background with the layer last asked
     for, so a run of scorings of one task finds its tree in place, and a container laid for
@@ -57,6 +62,8 @@ class ContainerPool:
         self.hits = 0
         self.laid_hits = 0
         """Containers handed out with the asked-for layer already in place."""
+        self.wasted = 0
+        """Containers started ahead and closed unused (their image was no longer asked for)."""
 
     def _start(self, image: str) -> Sandbox:
         box = self.backend.start(image, limits=self.limits, labels=self.labels)
@@ -66,29 +73,36 @@ class ContainerPool:
 
     def _fill_one(self, image: str) -> None:
         key: Hashable = None
+        box: Sandbox | None = None
         try:
             box = self._start(image)
             with self._lock:
                 layer = self._layers.get(image)
             if layer is not None:
-                try:
-                    layer[1](box, False)
-                except TaskforgeError:
-                    _close_quietly(box)
-                    return
+                layer[1](box, False)
                 key = layer[0]
         except TaskforgeError:
-            return  # acquire starts its own and reports the error
-        finally:
+            if box is not None:
+                _close_quietly(box)
+            box = None  # acquire starts its own and reports the error
+        except BaseException:
             with self._lock:
                 self._pending[image] -= 1
+            raise
         with self._lock:
+            # The count and the put in one step: a waiter (``_await_pending``) sees the container
+            # either pending or ready, never neither.
+            self._pending[image] -= 1
+            if box is None:
+                return
             if not self._closed and image in self._ready:
                 self._ready[image].put((box, key))
                 return
+            self.wasted += 1
         box.close()
 
-    def _refill(self, image: str) -> None:
+    def _refill(self, image: str, up_to: int | None = None) -> None:
+        target = self.size if up_to is None else min(self.size, up_to)
         with self._lock:
             if self._closed:
                 return
@@ -96,15 +110,17 @@ class ContainerPool:
                 stale = self._ready.pop(other)
                 while not stale.empty():
                     stale.get()[0].close()
+                    self.wasted += 1
             ready = self._ready.setdefault(image, queue.SimpleQueue())
-            missing = self.size - ready.qsize() - self._pending.get(image, 0)
+            missing = target - ready.qsize() - self._pending.get(image, 0)
             self._pending[image] = self._pending.get(image, 0) + max(0, missing)
         for _ in range(max(0, missing)):
             self._filler.submit(self._fill_one, image)
 
-    def warm(self, image: str) -> None:
-        """Start filling the pool with containers of ``image`` now."""
-        self._refill(image)
+    def warm(self, image: str, *, up_to: int | None = None) -> None:
+        """Start filling the pool with containers of ``image`` now (to ``up_to`` ready ones, at
+        most ``size``: a caller that knows how many it will ask for wastes no starts)."""
+        self._refill(image, up_to)
 
     def acquire(self, image: str, *, layer: Layer | None = None, refill: bool = True) -> Sandbox:
         """A container of ``image`` (laid with ``layer``). ``refill=False`` leaves the refill to a
@@ -123,7 +139,9 @@ class ContainerPool:
                     self.hits += 1
                     break
                 candidate.close()
-        if refill or box is None:
+        if box is None and ready is not None:
+            box, key = self._await_pending(image, ready)
+        if refill:
             self._refill(image)
         if box is None:
             box = self._start(image)
@@ -138,6 +156,27 @@ class ContainerPool:
                     box.close()
                     raise
         return box
+
+    def _await_pending(self, image: str, ready: queue.SimpleQueue[tuple[Sandbox, Hashable]]
+                       ) -> tuple[Sandbox | None, Hashable]:
+        """One of the containers of ``image`` already starting, once it is ready: it was started
+        before any this caller could start now, so it is never later. None when none is pending
+        (or it failed, or ``_PENDING_WAIT_S`` passed)."""
+        deadline = time.monotonic() + _PENDING_WAIT_S
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._pending.get(image, 0) and ready.empty():
+                    return None, None
+            try:
+                candidate, laid = ready.get(timeout=0.02)
+            except queue.Empty:
+                continue
+            if candidate.alive:
+                with self._lock:
+                    self.hits += 1
+                return candidate, laid
+            candidate.close()
+        return None, None
 
     def discard(self, box: Sandbox) -> None:
         """Destroy a container its user is done with, in the background: the verdict need not

@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 import tokenize
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -165,6 +165,35 @@ class _PatchFailed(Exception):
     pass
 
 
+_PER_SCORING = 2
+"""Containers one scoring takes: two runs with canaries (``verdict.plan_runs``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Ahead:
+    """What a batch asks for after one of its scorings: how many more of the same image come
+    right after it, and the image of the run of scorings that follows those, with its length."""
+
+    same: int
+    next_image: str | None
+    next_count: int
+
+
+def _ahead(images: Sequence[str]) -> list[_Ahead]:
+    """``_Ahead`` for each scoring of a batch whose images are ``images``, in order."""
+    runs: list[tuple[str, int]] = []  # consecutive scorings of one image: (image, count)
+    for image in images:
+        if runs and runs[-1][0] == image:
+            runs[-1] = (image, runs[-1][1] + 1)
+        else:
+            runs.append((image, 1))
+    out: list[_Ahead] = []
+    for number, (image, count) in enumerate(runs):
+        following = runs[number + 1] if number + 1 < len(runs) else (None, 0)
+        out += [_Ahead(same=count - 1 - i, next_image=following[0], next_count=following[1]) for i in range(count)]
+    return out
+
+
 class Scorer:
     """Scores candidate patches against tasks (see the module docstring).
 
@@ -211,6 +240,8 @@ class Scorer:
         """Images made sure of: image name → "" when it is there, else why it could not be rebuilt."""
         self._image_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._ahead = threading.local()
+        """``value``: what a ``score_many`` batch asks for after this thread's scoring (``_Ahead``)."""
 
     def __enter__(self) -> Self:
         return self
@@ -271,15 +302,21 @@ class Scorer:
         """Score many ``(task, patch[, candidate_id])`` at up to ``concurrency`` at once; results
         come back in the order given (``on_result`` sees each as it finishes)."""
         work = [(item[0], item[1], item[2] if len(item) > 2 else "") for item in items]  # type: ignore[misc]
+        ahead = _ahead([task.image_name for task, _, _ in work])
 
-        def one(entry: tuple[Task, str, str]) -> RewardResult:
-            result = self.score(entry[0], entry[1], candidate_id=entry[2], mode=mode)
+        def one(index: int) -> RewardResult:
+            task, patch, candidate_id = work[index]
+            self._ahead.value = ahead[index]
+            try:
+                result = self.score(task, patch, candidate_id=candidate_id, mode=mode)
+            finally:
+                self._ahead.value = None
             if on_result is not None:
                 on_result(result)
             return result
 
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="taskforge-score") as pool:
-            return list(pool.map(one, work))
+            return list(pool.map(one, range(len(work))))
 
     # -- one scoring --------------------------------------------------------------------------------
 
@@ -334,10 +371,21 @@ class Scorer:
                                             timeout_s) for part in plan]
                     runs = [future.result() for future in futures]
         finally:
-            # The containers for the next scorings start now, not beside these runs: on a busy
-            # machine their start-up competed with the tests for the same CPUs.
-            self.pool.warm(task.image_name)
+            self._refill_after(task)
         return list(zip(plan, runs, strict=True))
+
+    def _refill_after(self, task: Task) -> None:
+        """Start the containers for the next scorings now, not beside this one's runs: on a busy
+        machine their start-up competed with the tests for the same CPUs. In a ``score_many``
+        batch, as many as the scorings of this image still to come need, or once there are
+        none, those of the image that comes next (a container nobody asks for is a start wasted)."""
+        ahead: _Ahead | None = getattr(self._ahead, "value", None)
+        if ahead is None:
+            self.pool.warm(task.image_name)
+        elif ahead.same:
+            self.pool.warm(task.image_name, up_to=_PER_SCORING * ahead.same)
+        elif ahead.next_image is not None:
+            self.pool.warm(ahead.next_image, up_to=_PER_SCORING * ahead.next_count)
 
     def _ensure_image(self, task: Task) -> None:
         """The task's image exists, rebuilt from its source if it was missing (once per image; a
@@ -426,7 +474,7 @@ class Scorer:
             if image in self._facts:
                 return self._facts[image]
         own = box is None
-        probe = self.pool.acquire(image) if box is None else box
+        probe = self.pool.acquire(image, refill=False) if box is None else box
         try:
             found = probe.exec(["python", "-P", "-c", _FACTS_SCRIPT], timeout_s=60, workdir="/")
         finally:

@@ -478,6 +478,26 @@ def test_the_pool_lays_a_tree_ahead_and_replaces_another_tasks(tasks, scorer) ->
     assert trees[0] != trees[1]
 
 
+def test_a_batch_starts_no_container_it_does_not_use(tasks, backend) -> None:  # type: ignore[no-untyped-def]
+    """``score_many`` starts the containers for the next scorings once a scoring's runs are done,
+    as many as the scorings of that image still to come need, then those of the next image; an
+    acquire waits for a container already starting rather than start another. Every container
+    the batch started is used, and later scorings find theirs ready."""
+    first: dict[str, Task] = {}
+    for task in tasks:
+        first.setdefault(task.image_name, task)
+    (a, b) = list(first.values())[:2]
+    batch = [(a, a.patch, "a0"), (a, a.patch, "a1"), (b, b.patch, "b0")]
+    with Scorer(backend=backend, limits=SandboxLimits.load(**LIMITS), timeout_s=60) as scorer:
+        results = scorer.score_many(batch)
+        started, hits, wasted = scorer.pool.started, scorer.pool.hits, scorer.pool.wasted
+    assert [(r.status, r.reward) for r in results] == [("ok", 1.0)] * 3, [r.detail for r in results]
+    assert wasted == 0, f"{wasted} of {started} containers started ahead were never used"
+    # a0 starts its probe and its two runs' containers; the two for a1 and the two for b0 (one of
+    # them b's probe) are started ahead and found.
+    assert hits >= 4 and started <= 8, (hits, started)
+
+
 def test_one_broken_scoring_does_not_end_a_batch(tasks, scorer) -> None:  # type: ignore[no-untyped-def]
     """A row whose validation column is not JSON fails its own scoring (infra_error, with the
     exception), and the rest of the batch is scored."""
