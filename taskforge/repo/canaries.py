@@ -598,6 +598,22 @@ def make_twins(hidden: Mapping[str, str | None], fail_to_pass: Sequence[str], *,
     return twins
 
 
+def _line_end(text: str, lines: list[str]) -> str:
+    """What ends a twin's lines placed in ``text``: ``"\\r"`` (before the newline the join adds)
+    when the file's lines end CRLF, since a CRLF file that turned LF only where a twin sits would
+    tell the run that holds one. A last line without a newline has no ending to go by."""
+    ended = lines if text.endswith("\n") else lines[:-1]
+    return "\r" if ended and all(line.endswith("\r") for line in ended if line) else ""
+
+
+def _framed(joined: str, text: str) -> str:
+    """Placed lines, ending as ``text`` does: with its final newline, or, where it has none, with
+    no CR after a last line that a twin's CRLF lines replaced."""
+    if text.endswith("\n"):
+        return joined + "\n"
+    return joined[:-1] if joined.endswith("\r") and not text.endswith("\r") else joined
+
+
 def place_twins(text: str, twins: Sequence[Twin]) -> str:
     """``text`` with each of ``twins`` in its test's place: ``place_twin`` for each in turn (a
     later twin of the same function replaces an earlier one), in one parse of the file and one
@@ -610,10 +626,10 @@ def place_twins(text: str, twins: Sequence[Twin]) -> str:
             raise ValueError(f"{twin.test} is not one plain function of {twin.file}")
         spans[_span(function)] = twin
     lines = source_lines(text)
-    end = "\r" if lines and all(line.endswith("\r") for line in lines if line) else ""
+    end = _line_end(text, lines)
     for (first, last), twin in sorted(spans.items(), reverse=True):  # bottom up: spans above keep their lines
         lines[first - 1: last] = [line.rstrip("\r") + end for line in source_lines(twin.source)]
-    placed = "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+    placed = _framed("\n".join(lines), text)
     try:
         parse_source(placed)
     except SyntaxError:
@@ -633,9 +649,7 @@ def place_twin(text: str, twin: Twin, *, name: str | None = None) -> str:
         raise ValueError(f"{twin.test} is not one plain function of {twin.file}")
     first, last = _span(function)
     lines = source_lines(text)
-    # The twin's lines end as the file's do: a CRLF file that turned LF only where a twin sits
-    # would tell the run that holds one.
-    end = "\r" if lines and all(line.endswith("\r") for line in lines if line) else ""
+    end = _line_end(text, lines)
     source = [line.rstrip("\r") + end for line in source_lines(twin.source)]
     if name is None:
         new = [*lines[: first - 1], *source, *lines[last:]]
@@ -645,7 +659,7 @@ def place_twin(text: str, twin: Twin, *, name: str | None = None) -> str:
         if count != 1:
             raise ValueError(f"no definition of {twin.name} in the twin of {twin.test}")
         new = [*lines[:last], end, *source_lines(renamed), *lines[last:]]
-    placed = "\n".join(new) + ("\n" if text.endswith("\n") else "")
+    placed = _framed("\n".join(new), text)
     try:
         parse_source(placed)
     except SyntaxError as err:

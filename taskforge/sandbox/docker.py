@@ -376,7 +376,7 @@ class DockerSandbox:
         deadline = started + timeout_s
         spawned, self._spawned = self._spawned, None
         if spawned is not None and spawned.key == _spawn_key(cmd, workdir, env, user or self.limits.user) \
-                and stdin is not None:
+                and stdin is not None and self._running(spawned.exec_id):
             exec_id, sock = spawned.exec_id, spawned.sock
         else:
             if spawned is not None:
@@ -407,6 +407,13 @@ class DockerSandbox:
         exit_code = self._exit_code(exec_id)
         limit_hit = self._reap() if reap else None
         return streams.result(exit_code=exit_code, timed_out=False, limit_hit=limit_hit, started=started)
+
+    def _running(self, exec_id: str) -> bool:
+        """Whether a prespawned exec still waits (its container may have died in the pool)."""
+        try:
+            return bool(self._api.exec_inspect(exec_id)["Running"])
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return False
 
     def _check_user(self, user: str | None) -> None:
         if user is not None and user != self.limits.user and not self.limits.supervisor:

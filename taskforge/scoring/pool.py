@@ -25,6 +25,16 @@ def _close_quietly(box: Sandbox) -> None:
         pass  # the engine lost it already; the container leak checks see what is left
 
 
+def _drain(ready: queue.SimpleQueue[tuple[Sandbox, Hashable]]) -> list[Sandbox]:
+    """Every container in ``ready``, taken out (never blocking: another thread may take too)."""
+    out = []
+    while True:
+        try:
+            out.append(ready.get_nowait()[0])
+        except queue.Empty:
+            return out
+
+
 Layer = tuple[Hashable, Callable[[Sandbox, bool], None]]
 """What a pool lays into its containers: a key, and ``lay(box, replace)`` (``replace``: the box
 holds another layer's files, which must go first)."""
@@ -55,6 +65,8 @@ class ContainerPool:
         self._ready: dict[str, queue.SimpleQueue[tuple[Sandbox, Hashable]]] = {}
         self._layers: dict[str, Layer] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        """Notified whenever a fill ends (a container ready, or none) and when the pool closes."""
         self._pending: dict[str, int] = {}
         self._filler = ThreadPoolExecutor(max_workers=max(1, min(size, 4)), thread_name_prefix="taskforge-pool")
         self._closed = False
@@ -86,36 +98,47 @@ class ContainerPool:
                 _close_quietly(box)
             box = None  # acquire starts its own and reports the error
         except BaseException:
+            if box is not None:
+                _close_quietly(box)
             with self._lock:
                 self._pending[image] -= 1
+                self._changed.notify_all()
             raise
         with self._lock:
-            # The count and the put in one step: a waiter (``_await_pending``) sees the container
+            # The count and the put in one step: a waiter (``_take``) sees the container
             # either pending or ready, never neither.
             self._pending[image] -= 1
+            self._changed.notify_all()
             if box is None:
                 return
             if not self._closed and image in self._ready:
                 self._ready[image].put((box, key))
                 return
             self.wasted += 1
-        box.close()
+        _close_quietly(box)
 
     def _refill(self, image: str, up_to: int | None = None) -> None:
         target = self.size if up_to is None else min(self.size, up_to)
+        stale: list[Sandbox] = []
         with self._lock:
             if self._closed:
                 return
             for other in [i for i in self._ready if i != image]:
-                stale = self._ready.pop(other)
-                while not stale.empty():
-                    stale.get()[0].close()
-                    self.wasted += 1
+                stale += _drain(self._ready.pop(other))
+            self.wasted += len(stale)
             ready = self._ready.setdefault(image, queue.SimpleQueue())
-            missing = target - ready.qsize() - self._pending.get(image, 0)
-            self._pending[image] = self._pending.get(image, 0) + max(0, missing)
-        for _ in range(max(0, missing)):
-            self._filler.submit(self._fill_one, image)
+            missing = max(0, target - ready.qsize() - self._pending.get(image, 0))
+            self._pending[image] = self._pending.get(image, 0) + missing
+        for box in stale:  # outside the lock: removing a container takes the engine a while
+            _close_quietly(box)
+        for submitted in range(missing):
+            try:
+                self._filler.submit(self._fill_one, image)
+            except RuntimeError:  # the pool closed meanwhile: these fills never start
+                with self._lock:
+                    self._pending[image] -= missing - submitted
+                    self._changed.notify_all()
+                return
 
     def warm(self, image: str, *, up_to: int | None = None) -> None:
         """Start filling the pool with containers of ``image`` now (to ``up_to`` ready ones, at
@@ -131,16 +154,7 @@ class ContainerPool:
         with self._lock:
             if layer is not None:
                 self._layers[image] = layer
-            ready = self._ready.get(image)
-            while ready is not None and not ready.empty():
-                candidate, laid = ready.get()
-                if candidate.alive:
-                    box, key = candidate, laid
-                    self.hits += 1
-                    break
-                candidate.close()
-        if box is None and ready is not None:
-            box, key = self._await_pending(image, ready)
+        box, key = self._take(image)
         if refill:
             self._refill(image)
         if box is None:
@@ -157,26 +171,32 @@ class ContainerPool:
                     raise
         return box
 
-    def _await_pending(self, image: str, ready: queue.SimpleQueue[tuple[Sandbox, Hashable]]
-                       ) -> tuple[Sandbox | None, Hashable]:
-        """One of the containers of ``image`` already starting, once it is ready: it was started
-        before any this caller could start now, so it is never later. None when none is pending
-        (or it failed, or ``_PENDING_WAIT_S`` passed)."""
+    def _take(self, image: str) -> tuple[Sandbox | None, Hashable]:
+        """A ready container of ``image``; else, while one is being started, that one once it is
+        ready (it is underway, so it is ready no later than one started now would be, but for
+        fills still queued behind others); else none (or after ``_PENDING_WAIT_S``)."""
         deadline = time.monotonic() + _PENDING_WAIT_S
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._pending.get(image, 0) and ready.empty():
-                    return None, None
-            try:
-                candidate, laid = ready.get(timeout=0.02)
-            except queue.Empty:
-                continue
-            if candidate.alive:
-                with self._lock:
-                    self.hits += 1
-                return candidate, laid
-            candidate.close()
-        return None, None
+        dead: list[Sandbox] = []
+        try:
+            with self._changed:
+                while True:
+                    ready = self._ready.get(image)  # again each time: a refill of another image replaces it
+                    while ready is not None:
+                        try:
+                            candidate, laid = ready.get_nowait()
+                        except queue.Empty:
+                            break
+                        if candidate.alive:
+                            self.hits += 1
+                            return candidate, laid
+                        dead.append(candidate)
+                    left = deadline - time.monotonic()
+                    if self._closed or not self._pending.get(image, 0) or left <= 0:
+                        return None, None
+                    self._changed.wait(left)
+        finally:
+            for box in dead:
+                _close_quietly(box)
 
     def discard(self, box: Sandbox) -> None:
         """Destroy a container its user is done with, in the background: the verdict need not
@@ -191,10 +211,11 @@ class ContainerPool:
             self._closed = True
             queues = list(self._ready.values())
             self._ready.clear()
+            self._changed.notify_all()
         self._filler.shutdown(wait=True)
         for ready in queues:
-            while not ready.empty():
-                ready.get()[0].close()
+            for box in _drain(ready):
+                _close_quietly(box)
 
 
 def lay_task_tree(box: Sandbox, replace: bool, *, tree: Path, tools: Mapping[str, bytes],

@@ -169,29 +169,34 @@ _PER_SCORING = 2
 """Containers one scoring takes: two runs with canaries (``verdict.plan_runs``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Ahead:
-    """What a batch asks for after one of its scorings: how many more of the same image come
-    right after it, and the image of the run of scorings that follows those, with its length."""
+class _Batch:
+    """What a ``score_many`` batch still asks for, shared by its threads: how many scorings of
+    each image have not yet started, and the image that follows each run of scorings of one
+    image in the batch's order."""
 
-    same: int
-    next_image: str | None
-    next_count: int
+    def __init__(self, images: Sequence[str]) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[str, int] = {}
+        for image in images:
+            self._waiting[image] = self._waiting.get(image, 0) + 1
+        # For each scoring, the image of the next run of scorings (one pass, from the end).
+        self._after: list[str | None] = [None] * len(images)
+        for number in range(len(images) - 2, -1, -1):
+            following = images[number + 1]
+            self._after[number] = following if following != images[number] else self._after[number + 1]
 
+    def start(self, image: str) -> None:
+        with self._lock:
+            self._waiting[image] -= 1
 
-def _ahead(images: Sequence[str]) -> list[_Ahead]:
-    """``_Ahead`` for each scoring of a batch whose images are ``images``, in order."""
-    runs: list[tuple[str, int]] = []  # consecutive scorings of one image: (image, count)
-    for image in images:
-        if runs and runs[-1][0] == image:
-            runs[-1] = (image, runs[-1][1] + 1)
-        else:
-            runs.append((image, 1))
-    out: list[_Ahead] = []
-    for number, (image, count) in enumerate(runs):
-        following = runs[number + 1] if number + 1 < len(runs) else (None, 0)
-        out += [_Ahead(same=count - 1 - i, next_image=following[0], next_count=following[1]) for i in range(count)]
-    return out
+    def wanted(self, number: int, image: str) -> tuple[str, int] | None:
+        """After scoring ``number`` (of ``image``): the image whose containers to start next, and
+        how many scorings will ask for them (None: nothing more is coming)."""
+        with self._lock:
+            if self._waiting[image]:
+                return image, self._waiting[image]
+            later = self._after[number]
+            return (later, self._waiting[later]) if later is not None and self._waiting[later] else None
 
 
 class Scorer:
@@ -241,7 +246,7 @@ class Scorer:
         self._image_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._ahead = threading.local()
-        """``value``: what a ``score_many`` batch asks for after this thread's scoring (``_Ahead``)."""
+        """``value``: what a ``score_many`` batch asks for after this thread's scoring (``_Batch.wanted``)."""
 
     def __enter__(self) -> Self:
         return self
@@ -302,11 +307,12 @@ class Scorer:
         """Score many ``(task, patch[, candidate_id])`` at up to ``concurrency`` at once; results
         come back in the order given (``on_result`` sees each as it finishes)."""
         work = [(item[0], item[1], item[2] if len(item) > 2 else "") for item in items]  # type: ignore[misc]
-        ahead = _ahead([task.image_name for task, _, _ in work])
+        batch = _Batch([task.image_name for task, _, _ in work])
 
         def one(index: int) -> RewardResult:
             task, patch, candidate_id = work[index]
-            self._ahead.value = ahead[index]
+            batch.start(task.image_name)
+            self._ahead.value = functools.partial(batch.wanted, index, task.image_name)
             try:
                 result = self.score(task, patch, candidate_id=candidate_id, mode=mode)
             finally:
@@ -377,15 +383,17 @@ class Scorer:
     def _refill_after(self, task: Task) -> None:
         """Start the containers for the next scorings now, not beside this one's runs: on a busy
         machine their start-up competed with the tests for the same CPUs. In a ``score_many``
-        batch, as many as the scorings of this image still to come need, or once there are
-        none, those of the image that comes next (a container nobody asks for is a start wasted)."""
-        ahead: _Ahead | None = getattr(self._ahead, "value", None)
-        if ahead is None:
-            self.pool.warm(task.image_name)
-        elif ahead.same:
-            self.pool.warm(task.image_name, up_to=_PER_SCORING * ahead.same)
-        elif ahead.next_image is not None:
-            self.pool.warm(ahead.next_image, up_to=_PER_SCORING * ahead.next_count)
+        batch, as many as the scorings of this image not yet started need, or once there are
+        none, those of the image that comes next (a container nobody asks for is a start wasted).
+        A refill that fails changes nothing of this scoring: the next one starts its own."""
+        wanted = getattr(self._ahead, "value", None)
+        try:
+            if wanted is None:
+                self.pool.warm(task.image_name)
+            elif (target := wanted()) is not None:
+                self.pool.warm(target[0], up_to=_PER_SCORING * target[1])
+        except (TaskforgeError, RuntimeError):
+            pass
 
     def _ensure_image(self, task: Task) -> None:
         """The task's image exists, rebuilt from its source if it was missing (once per image; a

@@ -15,6 +15,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -496,6 +497,41 @@ def test_a_batch_starts_no_container_it_does_not_use(tasks, backend) -> None:  #
     # a0 starts its probe and its two runs' containers; the two for a1 and the two for b0 (one of
     # them b's probe) are started ahead and found.
     assert hits >= 4 and started <= 8, (hits, started)
+
+
+def test_concurrent_acquires_of_one_image_all_get_a_container(tasks, scorer) -> None:  # type: ignore[no-untyped-def]
+    """Threads acquiring containers of one image at once, while the pool fills and some wait for
+    a container already starting, each get their own container and nothing blocks (two runs of
+    every scoring with canaries do this)."""
+    image = tasks[0].image_name
+    pool = ContainerPool(scorer.backend, limits=scorer.limits, size=3)
+    got: list[str] = []
+
+    def take(_: int) -> None:
+        box = pool.acquire(image, refill=_ % 2 == 0)
+        got.append(box.name)
+        pool.discard(box)
+
+    try:
+        for _ in range(3):
+            pool.warm(image)
+            with ThreadPoolExecutor(max_workers=6) as threads:
+                list(threads.map(take, range(6)))  # within the test's timeout, or a deadlock
+    finally:
+        pool.close()
+    assert len(got) == len(set(got)) == 18, "a container was handed out twice"
+    assert pool.hits >= 3
+
+
+def test_a_concurrent_batch_starts_no_container_it_does_not_use(tasks, backend) -> None:  # type: ignore[no-untyped-def]
+    """With two scorings at once, what a batch still asks for counts the scorings not yet started:
+    the one that finishes first does not start containers for a scoring already running."""
+    task = tasks[0]
+    with Scorer(backend=backend, limits=SandboxLimits.load(**LIMITS), timeout_s=60, concurrency=2) as scorer:
+        results = scorer.score_many([(task, task.patch, f"g{n}") for n in range(4)])
+        wasted, started = scorer.pool.wasted, scorer.pool.started
+    assert [(r.status, r.reward) for r in results] == [("ok", 1.0)] * 4, [r.detail for r in results]
+    assert wasted == 0, f"{wasted} of {started} containers started ahead were never used"
 
 
 def test_one_broken_scoring_does_not_end_a_batch(tasks, scorer) -> None:  # type: ignore[no-untyped-def]

@@ -347,3 +347,20 @@ def test_placing_twins_together_is_placing_them_one_by_one() -> None:
     broken = Twin.from_json({**twins[0].to_json(), "source": f"def {twins[0].name}():\n    assert (\n"})
     with pytest.raises(ValueError, match="does not place as Python"):
         place_twins(SOURCE, [twins[-1], broken])
+
+
+def test_a_crlf_file_without_a_final_newline_keeps_its_line_ends_where_twins_sit() -> None:
+    """A CRLF file whose last line has no newline: its lines still end CRLF, so the twins' do too,
+    and a twin in the last place leaves no CR at the very end (either would tell the run)."""
+    text = SOURCE.replace("\n", "\r\n").rstrip("\r\n")
+    twins = _twins()
+    last = max(twins, key=lambda t: text.find(f"def {t.name}("))
+    for group in ([last], twins[:3], [*twins[:2], last]):
+        placed = place_twins(text, group)
+        one_by_one = text
+        for twin in group:
+            one_by_one = place_twin(one_by_one, twin)
+        assert placed == one_by_one
+        body = placed.split("\n")
+        assert all(line.endswith("\r") for line in body[:-1] if line), "an LF-only line where a twin sits"
+        assert not placed.endswith(("\r", "\n"))
