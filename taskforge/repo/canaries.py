@@ -632,9 +632,11 @@ def place_twins(text: str, twins: Sequence[Twin]) -> str:
     placed = _framed("\n".join(lines), text)
     try:
         parse_source(placed)
-    except SyntaxError:
-        for twin in spans.values():  # which twin: the error place_twin gives
-            place_twin(text, twin)
+    except SyntaxError as err:
+        if len(spans) == 1:
+            raise ValueError(f"the twin of {next(iter(spans.values())).test} does not place as Python: {err}") from None
+        for twin in spans.values():  # which twin: its own placement says
+            place_twins(text, [twin])
         raise ValueError(f"the twins of {', '.join(t.test for t in spans.values())} do not place as Python") from None
     return placed
 
@@ -643,22 +645,21 @@ def place_twin(text: str, twin: Twin, *, name: str | None = None) -> str:
     """``text`` with ``twin`` in its test's place (``name`` None), or added after the test under
     ``name`` (the calibration's way: both in one file). Raises ``ValueError`` when the test is
     not in ``text`` as one plain function."""
+    if name is None:
+        return place_twins(text, [twin])
     tree = parse_source(text)
     function = _find(tree, twin.classes, twin.name)
     if function is None:
         raise ValueError(f"{twin.test} is not one plain function of {twin.file}")
-    first, last = _span(function)
+    _, last = _span(function)
     lines = source_lines(text)
     end = _line_end(text, lines)
     source = [line.rstrip("\r") + end for line in source_lines(twin.source)]
-    if name is None:
-        new = [*lines[: first - 1], *source, *lines[last:]]
-    else:
-        renamed, count = re.subn(rf"^(\s*(?:async\s+)?def\s+){re.escape(twin.name)}\b", rf"\g<1>{name}",
-                                 "\n".join(source), count=1, flags=re.M)
-        if count != 1:
-            raise ValueError(f"no definition of {twin.name} in the twin of {twin.test}")
-        new = [*lines[:last], end, *source_lines(renamed), *lines[last:]]
+    renamed, count = re.subn(rf"^(\s*(?:async\s+)?def\s+){re.escape(twin.name)}\b", rf"\g<1>{name}",
+                             "\n".join(source), count=1, flags=re.M)
+    if count != 1:
+        raise ValueError(f"no definition of {twin.name} in the twin of {twin.test}")
+    new = [*lines[:last], end, *source_lines(renamed), *lines[last:]]
     placed = _framed("\n".join(new), text)
     try:
         parse_source(placed)

@@ -314,7 +314,7 @@ class DockerSandbox:
     def close(self) -> None:
         """Kill and remove the container. Safe to call twice."""
         self._alive = False
-        spawned, self._spawned = self._spawned, None
+        spawned = self._take_spawned()
         if spawned is not None:
             spawned.close()
         try:
@@ -340,7 +340,7 @@ class DockerSandbox:
         Any other exec first ends the waiting one: its stdin is closed and its output read to the
         end, so it cannot act beside the commands that follow."""
         self._check_user(user)
-        self._end_spawned()
+        self._end_spawned(self._take_spawned())
         key = _spawn_key(cmd, workdir, env, user or self.limits.user)
         exec_id, sock = self._start_exec(cmd, stdin=True, user=user, workdir=workdir, env=env)
         self._spawned = _Spawned(key=key, exec_id=exec_id, sock=sock)
@@ -374,14 +374,12 @@ class DockerSandbox:
         limit = output_limit if output_limit is not None else self.limits.output_limit_bytes
         started = time.monotonic()
         deadline = started + timeout_s
-        spawned, self._spawned = self._spawned, None
+        spawned = self._take_spawned()
         if spawned is not None and spawned.key == _spawn_key(cmd, workdir, env, user or self.limits.user) \
                 and stdin is not None and self._running(spawned.exec_id):
             exec_id, sock = spawned.exec_id, spawned.sock
         else:
-            if spawned is not None:
-                self._spawned = spawned
-                self._end_spawned()
+            self._end_spawned(spawned)
             exec_id, sock = self._start_exec(cmd, stdin=stdin is not None, user=user, workdir=workdir, env=env)
         raw = sock._sock
         streams = _CappedStreams(limit)
@@ -439,10 +437,13 @@ class DockerSandbox:
         except (docker.errors.DockerException, requests.exceptions.RequestException) as err:
             raise SandboxError(f"exec in sandbox {self.name} failed: {_short(err)}") from err
 
-    def _end_spawned(self) -> None:
-        """End the prespawned command, if any: stdin closed, output drained (a command that does
-        not end within ``_SPAWN_END_S`` of its stdin closing takes the container with it)."""
+    def _take_spawned(self) -> _Spawned | None:
         spawned, self._spawned = self._spawned, None
+        return spawned
+
+    def _end_spawned(self, spawned: _Spawned | None) -> None:
+        """End a prespawned command, if any: stdin closed, output drained (a command that does
+        not end within ``_SPAWN_END_S`` of its stdin closing takes the container with it)."""
         if spawned is None:
             return
         raw = spawned.sock._sock

@@ -149,8 +149,6 @@ class ContainerPool:
         """A container of ``image`` (laid with ``layer``). ``refill=False`` leaves the refill to a
         later ``warm``: a caller whose runs are about to start keeps the CPU for them, and starts
         the next containers once they are done."""
-        box: Sandbox | None = None
-        key: Hashable = None
         with self._lock:
             if layer is not None:
                 self._layers[image] = layer
