@@ -28,7 +28,7 @@ import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from taskforge.repo.text import source_lines
 
@@ -353,38 +353,82 @@ def _spell(value: Any, original: str) -> str:
     return text
 
 
+class _Check(NamedTuple):
+    """An equality or membership check of a test function."""
+
+    operands: list[ast.expr]
+    """The expected value's side first."""
+    container: ast.expr | None
+    """A membership check's container."""
+    negative: bool
+    """``!=``, ``not in``: it says what the result is not."""
+
+
+def _checks(function: ast.AST) -> list[_Check]:
+    found: list[_Check] = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1 \
+                and isinstance(node.test.ops[0], ast.Eq | ast.NotEq | ast.In | ast.NotIn):
+            op = node.test.ops[0]
+            found.append(_Check([node.test.comparators[0], node.test.left],
+                                node.test.comparators[0] if isinstance(op, ast.In | ast.NotIn) else None,
+                                isinstance(op, ast.NotEq | ast.NotIn)))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _UNITTEST_VALUE_CHECKS and len(node.args) >= 2:
+            found.append(_Check([node.args[1], node.args[0]], node.args[1] if node.func.attr == "assertIn" else None,
+                                False))
+    return found
+
+
+def _alternatives(node: ast.expr) -> bool:
+    """Whether a membership check's container is a literal of several acceptable answers
+    (``assert s in [[1, 2], [2, 1]]``). A test written so is one whose result may vary from run
+    to run (a random draw, an order that follows the hash seed), and a twin that alters one of
+    them is passed by a correct solution whenever it gives another: no value site."""
+    if isinstance(node, ast.Dict):
+        return len(node.keys) > 1
+    return isinstance(node, ast.List | ast.Tuple | ast.Set) and len(node.elts) > 1
+
+
 def _value_sites(function: ast.AST) -> list[ast.expr]:
-    """The literal expected values of a function's checks, in source order."""
+    """The literal expected values of a function's checks, in source order.
+
+    Only checks that say what the result *is*: a twin of ``assert x != 5`` (``x != 7``) passes
+    every solution but one that gives 7, so calibration keeps it only where gold gives 7 then,
+    and a result that varies from run to run gives it only now and then. Nor is one answer of
+    several a site (:func:`_alternatives`)."""
     sites: list[ast.expr] = []
-    for node in ast.walk(function):
-        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1 \
-                and isinstance(node.test.ops[0], ast.Eq | ast.NotEq | ast.In | ast.NotIn):
-            for side in (node.test.comparators[0], node.test.left):
-                if _literal(side) is not _NOT_LITERAL and _literal(side) is not None:
-                    sites.append(side)
-                    break
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in _UNITTEST_VALUE_CHECKS and len(node.args) >= 2:
-            for side in (node.args[1], node.args[0]):
-                if _literal(side) is not _NOT_LITERAL and _literal(side) is not None:
-                    sites.append(side)
-                    break
+    checks = [check for check in _checks(function) if not check.negative]
+    for check in checks:
+        for side in check.operands:
+            if side is check.container and _alternatives(side):
+                continue
+            if _literal(side) is not _NOT_LITERAL and _literal(side) is not None:
+                sites.append(side)
+                break
     # An expected value bound to a name first (``expected = {...}``, then ``assert f() == expected``).
-    checked: set[str] = set()
-    for node in ast.walk(function):
-        operands: list[ast.expr] = []
-        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1 \
-                and isinstance(node.test.ops[0], ast.Eq | ast.NotEq | ast.In | ast.NotIn):
-            operands = [node.test.left, node.test.comparators[0]]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in _UNITTEST_VALUE_CHECKS and len(node.args) >= 2:
-            operands = list(node.args[:2])
-        checked |= {o.id for o in operands if isinstance(o, ast.Name)}
+    checked = {o.id for check in checks for o in check.operands if isinstance(o, ast.Name)}
+    several = {id(node) for node in _alternative_lists(function)}
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id in checked and _literal(node.value) not in (_NOT_LITERAL, None):
+                and node.targets[0].id in checked and _literal(node.value) not in (_NOT_LITERAL, None) \
+                and id(node.value) not in several:
             sites.append(node.value)
     return sorted((leaf for site in sites for leaf in _leaves(site)), key=lambda n: (n.lineno, n.col_offset))
+
+
+def _alternative_lists(function: ast.AST) -> list[ast.expr]:
+    """The literals of several acceptable answers a membership check tests against, in place or
+    bound to a name first (``allowed = [...]``, then ``assert s in allowed``). Neither a value
+    twin nor an input twin alters them."""
+    checks = _checks(function)
+    lists = [c.container for c in checks if c.container is not None and _alternatives(c.container)]
+    names = {c.container.id for c in checks if isinstance(c.container, ast.Name)}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in names and _alternatives(node.value):
+            lists.append(node.value)
+    return lists
 
 
 def _leaves(node: ast.expr) -> list[ast.expr]:
@@ -487,6 +531,8 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
     # Different input data, same checks: for a test whose checks hold no value to alter (a
     # ``pytest.raises`` block, a truth check), calibration keeps the ones gold then fails.
     checked_sites = {id(site) for site in _value_sites(function)}
+    checked_sites |= {id(node) for alternatives in _alternative_lists(function)
+                      for node in ast.walk(alternatives)}
     inputs = [leaf for node in ast.walk(function) if isinstance(node, ast.expr) and _literal(node) is not _NOT_LITERAL
               and not isinstance(node, ast.List | ast.Tuple | ast.Dict) for leaf in _leaves(node)
               if id(leaf) not in checked_sites and not isinstance(_literal(leaf), bool)]

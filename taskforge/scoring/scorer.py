@@ -167,6 +167,8 @@ class _PatchFailed(Exception):
 
 _PER_SCORING = 2
 """Containers one scoring takes: two runs with canaries (``verdict.plan_runs``)."""
+CALIBRATION_RUNS = 2
+"""Fresh runs of the gold patch a canary must fail, every one, to be kept (:meth:`Scorer.calibrate`)."""
 
 
 class _Batch:
@@ -594,9 +596,13 @@ class Scorer:
 
     def calibrate(self, task: Task, *, timeout_s: float | None = None) -> Task:
         """``task`` with the canaries scoring will use in its ``validation`` record: the twins of
-        its hidden tests (``taskforge.repo.canaries``) that the gold patch fails, each run once
-        beside its test under another name in a fresh container. Mining calls it before the
-        gate's verdict, so the gate's gold run already has them.
+        its hidden tests (``taskforge.repo.canaries``) that the gold patch fails every time, run
+        beside their tests under other names in :data:`CALIBRATION_RUNS` fresh containers at once
+        (new interpreters, each with its own hash seed and random state). A twin a correct
+        solution passes now and then (a test of a random sample, an order that follows the hash
+        seed) would score it ``tampered`` when it does; one run kept such a twin with the
+        probability that gold fails it, this many keep it with that probability to their power.
+        Mining calls it before the gate's verdict, so the gate's gold run already has them.
 
         An input twin feeds the code a value its test never did, and that can make it loop (a
         count that never ends): when the run of every twin does not finish in ``timeout_s``, it
@@ -620,12 +626,14 @@ class Scorer:
                     except (ValueError, UnicodeDecodeError):  # a twin that is not Python there: no canary
                         continue
                     placed.append((twin, twin_ids(twin, name)))
-                run = self._run(task, state, changes, prepared.kept, [i for _, ids in placed for i in ids],
-                                timeout_s or self.timeout_s)
-                if run.status == "timeout":
+                select = [i for _, ids in placed for i in ids]
+                with ThreadPoolExecutor(max_workers=CALIBRATION_RUNS, thread_name_prefix="taskforge-calibrate") as runs:
+                    done = list(runs.map(lambda _: self._run(task, state, changes, prepared.kept, select,
+                                                             timeout_s or self.timeout_s), range(CALIBRATION_RUNS)))
+                if any(run.status == "timeout" for run in done):
                     continue
-                streamed = run.stream.outcomes if run.stream is not None else {}
-                kept = [twin for twin, ids in placed if all(streamed.get(i) == "failed" for i in ids)]
+                streams = [run.stream.outcomes if run.stream is not None else {} for run in done]
+                kept = [twin for twin, ids in placed if all(streamed.get(i) == "failed" for i in ids for streamed in streams)]
                 break
         validation = json.loads(task.validation or "{}")
         validation["canaries"] = [twin.to_json() for twin in kept]

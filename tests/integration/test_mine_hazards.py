@@ -25,6 +25,7 @@ import pytest
 
 from taskforge.datasets import read_rows, read_tasks
 from taskforge.repo.symbols import build_index
+from taskforge.scoring.verdict import task_canaries
 from taskforge.task import is_doctest_id
 
 pytestmark = pytest.mark.docker
@@ -97,12 +98,13 @@ def test_tests_are_where_pytest_finds_them_and_doctests_are_never_fail_to_pass(h
     out, _ = hazard
     tasks = read_tasks(out)
     targets = {(t.strategy, t.target) for t in tasks}
-    # Hidden tests in hazard/tests.py (python_files), hazard/check_generated.py and
-    # hazard/check_ids.py: test code, so they are in test_patch, never in the gold patch.
+    # Hidden tests in hazard/tests.py (python_files), hazard/check_generated.py,
+    # hazard/check_ids.py and hazard/check_draws.py: test code, so they are in test_patch, never
+    # in the gold patch.
     assert ("symbol", "hazard.words:reverse_words") in targets
     for task in tasks:
         assert not any(is_doctest_id(t) for t in task.FAIL_TO_PASS), task.instance_id
-        hidden = ("hazard/tests.py", "check_generated", "check_ids")
+        hidden = ("hazard/tests.py", "check_generated", "check_ids", "check_draws")
         assert not any(name in task.patch for name in hidden)
         assert any(name in task.test_patch for name in hidden)
     # Doctests of the modules the gold patch restores are PASS_TO_PASS; ids hold ".py" and spaces.
@@ -148,6 +150,23 @@ def test_every_task_holds_under_validate_and_two_scoring_runs(hazard, session_ca
             assert (row["status"], row["reward"]) == ("ok", wanted), (attempt, row["instance_id"], row["detail"])
             if row["candidate_id"] == "gold":  # no expected test is missing, or anything but passed
                 assert set(json.loads(row["outcomes"]).values()) == {"passed"}, (attempt, row["instance_id"])
+
+
+def test_a_random_feature_keeps_no_canary_a_correct_draw_may_pass(hazard) -> None:  # type: ignore[no-untyped-def]
+    """draws.py returns a random pair, and its tests accept every pair it may give. Its tasks
+    keep no twin that alters one of those answers (gold would pass it whenever it drew another,
+    and score ``tampered``); the scoring runs above hold them to gold 1.0 twice."""
+    out, _ = hazard
+    drawn = [t for t in read_tasks(out) if "draws" in t.instance_id]
+    assert drawn
+    for task in drawn:
+        twins = task_canaries(task)
+        assert twins
+        for twin in twins:
+            if twin.name == "test_draw_pair_is_one_of_the_pairs" and twin.kind in ("value", "input"):
+                assert "[[1, 2], [1, 3], [2, 1], [2, 3], [3, 1], [3, 2]]" in twin.source, twin.source
+            if twin.name == "test_draw_pair_from_named_pairs" and twin.kind in ("value", "input"):
+                assert 'pairs = [["a", "b"], ["b", "a"]]' in twin.source, twin.source
 
 
 def test_a_top_level_module_is_indexed_like_a_package(tmp_path_factory, session_cache, base_image) -> None:  # type: ignore[no-untyped-def]

@@ -95,6 +95,57 @@ def test_value_twins_take_values_from_the_file() -> None:
         assert any(word in line for word in ("cat", "dog", "a=1", '"a": 2', '"a": 0', '"a": 3', "1")), line
 
 
+def test_no_twin_alters_one_of_several_answers_a_check_accepts() -> None:
+    """``assert s in [[1, 2], [2, 1]]`` accepts either answer: a test written so checks a result
+    that may vary (a random draw, an order that follows the hash seed). A twin that alters one of
+    them is one a correct solution passes whenever it gives another, so calibration could keep it
+    after one unlucky run and scoring then calls gold ``tampered`` (glom's ``test_sample``). No
+    value or input twin touches such a list, bound to a name or in place; a one-answer list, a
+    substring and an equality still get value twins."""
+    source = textwrap.dedent('''\
+        from pkg import draw, text
+
+
+        def test_draw():
+            pair = draw([1, 2, 3])
+            assert pair in [[1, 2], [1, 3], [2, 1], [2, 3], [3, 1], [3, 2]]
+            assert len(pair) == 2
+
+
+        def test_draw_named():
+            allowed = [("a", "b"), ("b", "a")]
+            assert draw("ab") in allowed
+
+
+        def test_draw_unittest(self):
+            self.assertIn(draw("xy"), ["xy", "yx"])
+
+
+        def test_one_answer():
+            assert draw([7]) in [7]
+            assert "word" in text()
+
+
+        def test_not_this():
+            assert draw([1, 2]) != 3
+            assert draw("ab") not in ["c", "d"]
+    ''')
+    tests = ["test_draw", "test_draw_named", "test_draw_unittest", "test_one_answer", "test_not_this"]
+    twins = make_twins({FILE: source}, [f"{FILE}::{name}" for name in tests], seed="draws")
+    answers = {"test_draw": "[[1, 2], [1, 3], [2, 1], [2, 3], [3, 1], [3, 2]]",
+               "test_draw_named": '[("a", "b"), ("b", "a")]', "test_draw_unittest": '["xy", "yx"]'}
+    for twin in twins:
+        if twin.name in answers and twin.kind in ("value", "input"):
+            assert answers[twin.name] in twin.source, twin.source
+    kinds = {(t.name, t.kind) for t in twins}
+    assert ("test_draw", "value") in kinds  # len(pair) == 2 is altered instead
+    assert ("test_draw_named", "negated") in kinds and ("test_draw_named", "value") not in kinds
+    # What a result is not: ``!= 7`` instead of ``!= 3`` holds for all but one answer.
+    assert ("test_not_this", "value") not in kinds and ("test_not_this", "negated") in kinds
+    one = [t for t in twins if t.name == "test_one_answer" and t.kind == "value"]
+    assert one and all("[7]" not in t.source or '"word"' not in t.source for t in one)
+
+
 def test_negated_twins_flip_the_last_check() -> None:
     by_test = {(t.test.split("::")[-1], t.kind): t.source for t in _twins()}
     assert "assert not x" in by_test[("test_truthy", "negated")]
