@@ -26,9 +26,9 @@ import ast
 import random
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from taskforge.repo.text import source_lines
 
@@ -55,9 +55,12 @@ def _parses(source: str) -> bool:
     return True
 
 
-TWIN_RANK = {"value": 0, "raises": 1, "input": 1, "negated": 2, "plain": 3}
+TWIN_RANK = {"value": 0, "negated": 1, "raises": 2, "input": 3, "plain": 4}
 """Which kept twin of a test a scoring uses: the lowest rank, the one that reads most like a test
-(a value twin also catches an answer read from the test; a plain one, only a forged pass)."""
+(a value twin also catches an answer read from the test; a plain one, only a forged pass). A
+negated twin comes before a raises twin (a solution may raise a subclass of the expected
+exception that the twin expects) and an input twin (it asks about an input no test specifies,
+where a stricter correct solution may answer otherwise than gold)."""
 
 _MAX_FUNCTIONS = 64  # bounds calibration's one run; in scoring a twin replaces its test, so it costs no test
 _VALUE_TWINS_PER_TEST = 2
@@ -69,7 +72,7 @@ _UNITTEST_SWAPS = {
     "assertIsInstance": "assertNotIsInstance", "assertNotIsInstance": "assertIsInstance",
 }
 _UNITTEST_VALUE_CHECKS = frozenset({
-    "assertEqual", "assertEquals", "assertIs", "assertIn", "assertListEqual", "assertDictEqual",
+    "assertEqual", "assertEquals", "assertIs", "assertListEqual", "assertDictEqual",
     "assertTupleEqual", "assertSequenceEqual", "assertCountEqual", "assertSetEqual", "assertMultiLineEqual",
 })
 _FLIPPED_OPS: dict[type[ast.cmpop], tuple[str, str]] = {
@@ -353,82 +356,74 @@ def _spell(value: Any, original: str) -> str:
     return text
 
 
-class _Check(NamedTuple):
-    """An equality or membership check of a test function."""
+def _always_run(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.stmt]:
+    """The function's statements that run whenever it returns: its top level, and the bodies of
+    its ``with`` blocks (a check in a loop, a branch or a handler may not run at all: ``for
+    record in caplog.records: assert record.levelname == "INFO"`` holds for a solution that logs
+    nothing, whatever the expected value)."""
+    pending = list(function.body)
+    while pending:
+        statement = pending.pop(0)
+        yield statement
+        if isinstance(statement, ast.With | ast.AsyncWith):
+            pending[:0] = statement.body
 
-    operands: list[ast.expr]
-    """The expected value's side first."""
-    container: ast.expr | None
-    """A membership check's container."""
-    negative: bool
-    """``!=``, ``not in``: it says what the result is not."""
 
+def _equality_checks(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list[ast.expr]]:
+    """The operands of each check that says what a result *is* (``==``, ``assertEqual``), the
+    expected value's side first, among the statements that always run.
 
-def _checks(function: ast.AST) -> list[_Check]:
-    found: list[_Check] = []
-    for node in ast.walk(function):
-        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1 \
-                and isinstance(node.test.ops[0], ast.Eq | ast.NotEq | ast.In | ast.NotIn):
-            op = node.test.ops[0]
-            found.append(_Check([node.test.comparators[0], node.test.left],
-                                node.test.comparators[0] if isinstance(op, ast.In | ast.NotIn) else None,
-                                isinstance(op, ast.NotEq | ast.NotIn)))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in _UNITTEST_VALUE_CHECKS and len(node.args) >= 2:
-            found.append(_Check([node.args[1], node.args[0]], node.args[1] if node.func.attr == "assertIn" else None,
-                                False))
+    No other check has value sites: a twin of ``assert x != 5`` (``!= 7``) or of a membership
+    (``"usage" in out`` as ``"options" in out``, one of ``[[1, 2], [2, 1]]`` altered) passes
+    every answer but a few, and a correct solution that gives another answer than gold's, or a
+    result that varies from run to run, passes it now and then: a false ``tampered``."""
+    found: list[list[ast.expr]] = []
+    for statement in _always_run(function):
+        if isinstance(statement, ast.Assert) and isinstance(statement.test, ast.Compare) \
+                and len(statement.test.ops) == 1 and isinstance(statement.test.ops[0], ast.Eq):
+            found.append([statement.test.comparators[0], statement.test.left])
+        elif isinstance(statement, ast.Expr) and isinstance(call := statement.value, ast.Call) \
+                and isinstance(call.func, ast.Attribute) and call.func.attr in _UNITTEST_VALUE_CHECKS \
+                and len(call.args) >= 2:
+            found.append([call.args[1], call.args[0]])
     return found
 
 
-def _alternatives(node: ast.expr) -> bool:
-    """Whether a membership check's container is a literal of several acceptable answers
-    (``assert s in [[1, 2], [2, 1]]``). A test written so is one whose result may vary from run
-    to run (a random draw, an order that follows the hash seed), and a twin that alters one of
-    them is passed by a correct solution whenever it gives another: no value site."""
-    if isinstance(node, ast.Dict):
-        return len(node.keys) > 1
-    return isinstance(node, ast.List | ast.Tuple | ast.Set) and len(node.elts) > 1
+def _check_literals(function: ast.AST) -> set[int]:
+    """Every node inside a check (an ``assert``, a unittest ``assert*`` call), and the literals
+    bound to the names a check reads: no input twin alters them. A check's literal is what the
+    result is compared with, not what the code is given; altering one of several accepted
+    answers (``s == [1, 2] or s == [2, 1]``, ``assert out in (one, other)``) makes a twin a
+    correct solution passes whenever it gives another."""
+    checks = [node.test for node in ast.walk(function) if isinstance(node, ast.Assert)]
+    checks += [node for node in ast.walk(function) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr.startswith("assert")]
+    inside = {id(node) for check in checks for node in ast.walk(check)}
+    read = {node.id for check in checks for node in ast.walk(check) if isinstance(node, ast.Name)}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and _literal(node.value) is not _NOT_LITERAL \
+                and any(isinstance(t, ast.Name) and t.id in read for target in node.targets for t in ast.walk(target)):
+            inside |= {id(n) for n in ast.walk(node.value)}
+    return inside
 
 
-def _value_sites(function: ast.AST) -> list[ast.expr]:
-    """The literal expected values of a function's checks, in source order.
-
-    Only checks that say what the result *is*: a twin of ``assert x != 5`` (``x != 7``) passes
-    every solution but one that gives 7, so calibration keeps it only where gold gives 7 then,
-    and a result that varies from run to run gives it only now and then. Nor is one answer of
-    several a site (:func:`_alternatives`)."""
+def _value_sites(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
+    """The literal expected values of a function's equality checks (:func:`_equality_checks`),
+    in source order."""
     sites: list[ast.expr] = []
-    checks = [check for check in _checks(function) if not check.negative]
-    for check in checks:
-        for side in check.operands:
-            if side is check.container and _alternatives(side):
-                continue
+    checks = _equality_checks(function)
+    for operands in checks:
+        for side in operands:
             if _literal(side) is not _NOT_LITERAL and _literal(side) is not None:
                 sites.append(side)
                 break
     # An expected value bound to a name first (``expected = {...}``, then ``assert f() == expected``).
-    checked = {o.id for check in checks for o in check.operands if isinstance(o, ast.Name)}
-    several = {id(node) for node in _alternative_lists(function)}
+    checked = {o.id for operands in checks for o in operands if isinstance(o, ast.Name)}
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id in checked and _literal(node.value) not in (_NOT_LITERAL, None) \
-                and id(node.value) not in several:
+                and node.targets[0].id in checked and _literal(node.value) not in (_NOT_LITERAL, None):
             sites.append(node.value)
     return sorted((leaf for site in sites for leaf in _leaves(site)), key=lambda n: (n.lineno, n.col_offset))
-
-
-def _alternative_lists(function: ast.AST) -> list[ast.expr]:
-    """The literals of several acceptable answers a membership check tests against, in place or
-    bound to a name first (``allowed = [...]``, then ``assert s in allowed``). Neither a value
-    twin nor an input twin alters them."""
-    checks = _checks(function)
-    lists = [c.container for c in checks if c.container is not None and _alternatives(c.container)]
-    names = {c.container.id for c in checks if isinstance(c.container, ast.Name)}
-    for node in ast.walk(function):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id in names and _alternatives(node.value):
-            lists.append(node.value)
-    return lists
 
 
 def _leaves(node: ast.expr) -> list[ast.expr]:
@@ -530,9 +525,7 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
             twins.append(made)
     # Different input data, same checks: for a test whose checks hold no value to alter (a
     # ``pytest.raises`` block, a truth check), calibration keeps the ones gold then fails.
-    checked_sites = {id(site) for site in _value_sites(function)}
-    checked_sites |= {id(node) for alternatives in _alternative_lists(function)
-                      for node in ast.walk(alternatives)}
+    checked_sites = {id(site) for site in _value_sites(function)} | _check_literals(function)
     inputs = [leaf for node in ast.walk(function) if isinstance(node, ast.expr) and _literal(node) is not _NOT_LITERAL
               and not isinstance(node, ast.List | ast.Tuple | ast.Dict) for leaf in _leaves(node)
               if id(leaf) not in checked_sites and not isinstance(_literal(leaf), bool)]

@@ -632,12 +632,28 @@ class Scorer:
                                                              timeout_s or self.timeout_s), range(CALIBRATION_RUNS)))
                 if any(run.status == "timeout" for run in done):
                     continue
-                streams = [run.stream.outcomes if run.stream is not None else {} for run in done]
-                kept = [twin for twin, ids in placed if all(streamed.get(i) == "failed" for i in ids for streamed in streams)]
+                kept = [twin for twin, ids in placed if all(_fails_as_twin(twin, run, i) for run in done for i in ids)]
                 break
         validation = json.loads(task.validation or "{}")
         validation["canaries"] = [twin.to_json() for twin in kept]
         return replace(task, validation=json.dumps(validation, sort_keys=True))
+
+
+def _fails_as_twin(twin: Twin, run: RunResult, nodeid: str) -> bool:
+    """Whether gold failed a twin's test ``nodeid`` in a calibration run, and failed it the way
+    the twin fails a correct solution: a check that does not hold (an assertion), or for a
+    raises twin, the expected exception not raised as the twin expects it. Anything else (an
+    error of a state the test counts on that calibration did not give it: a global an earlier
+    test sets, a data file named after the test) says nothing of what the twin does in its test's
+    place, where a twin that alters nothing the test's outcome depends on passes."""
+    streamed = run.stream.outcomes if run.stream is not None else {}
+    if streamed.get(nodeid) != "failed":
+        return False
+    result = run.results.get(nodeid)
+    message = result.message if result is not None else ""
+    if twin.kind == "raises":
+        return not message.startswith("Failed: DID NOT RAISE")
+    return message.startswith(("assert ", "AssertionError"))
 
 
 def _test_digests(state: _TaskState, changes: Mapping[str, bytes | None], select: list[str]) -> dict[str, str]:
