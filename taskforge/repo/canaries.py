@@ -564,11 +564,38 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
                 break
     # The last resort, kept whatever else there is (calibration may keep no other): the test as
     # written, then a failure.
-    indent = all_lines[function.body[0].lineno - 1][: function.body[0].col_offset]
     words = [w for w in vocabulary.get(str, []) if w.isidentifier()] or ["mismatch"]
-    failing = f"{indent}raise AssertionError({rng.choice(words)!r})"
-    twins.append(twin("plain", [*all_lines[:last], failing, *all_lines[last:]]))
+    twins.append(twin("plain", _fail_after(all_lines, tree, function, classes,
+                                           f"raise AssertionError({rng.choice(words)!r})")))
     return [made for made in twins if _parses(made.source)]
+
+
+def _fail_after(lines: list[str], tree: ast.Module, function: ast.FunctionDef | ast.AsyncFunctionDef,
+                classes: tuple[str, ...], failure: str) -> list[str]:
+    """``lines`` with ``failure`` run after the function's last statement: on that statement's
+    own last line where it is a simple statement (``x = f(); raise ...``), so that no line of
+    the file moves (a test that checks a line number of its file, a traceback or an ``inspect``
+    call, passes beside the twin as it does alone); else on a line of its own after it."""
+    statement = function.body[-1]
+    end = statement.end_lineno or statement.lineno
+    if end == _span(function)[1] and not isinstance(statement, _COMPOUND):
+        line = lines[end - 1]
+        text = line.rstrip("\r")
+        edited = [*lines[: end - 1], f"{text}; {failure}{line[len(text):]}", *lines[end:]]
+        try:
+            placed = _find(parse_source("\n".join(edited)), classes, function.name)
+        except SyntaxError:
+            placed = None
+        # A comment at the end of the line would swallow the failure: it must be a statement.
+        if placed is not None and len(placed.body) == len(function.body) + 1 and isinstance(placed.body[-1], ast.Raise):
+            return edited
+    indent = lines[function.body[0].lineno - 1][: function.body[0].col_offset]
+    last = _span(function)[1]
+    return [*lines[:last], f"{indent}{failure}", *lines[last:]]
+
+
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
+             ast.AsyncFunctionDef, ast.ClassDef, ast.Match, ast.TryStar)
 
 
 _RAISES_CHECKS = frozenset({"raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp"})

@@ -398,6 +398,39 @@ def test_a_method_inherited_from_another_module_gets_no_twin() -> None:
     assert {t.name for t in make_twins(files, ids, seed="s")} == {"test_tuples", "test_own"}
 
 
+def test_a_plain_twin_moves_no_line_of_its_file() -> None:
+    """A plain twin fails after the test's last statement. On a line of its own, every later
+    test of the file would move down a line, and one that checks a line number of its file (a
+    traceback, an ``inspect`` call) would fail beside the twin where gold passes it alone. So the
+    failure goes on the last statement's line where that is a simple statement; after a block,
+    or where a comment ends the line, on a line of its own."""
+    twins = _twins()
+    plain = [t for t in twins if t.kind == "plain"]
+    placed = place_twins(SOURCE, plain)
+
+    def lines_of_defs(text: str) -> dict[str, int]:
+        return {node.name: node.lineno for node in ast.walk(ast.parse(text))
+                if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+
+    assert lines_of_defs(placed) == lines_of_defs(SOURCE)
+    for twin in plain:
+        function = next(node for node in ast.walk(ast.parse(textwrap.dedent(twin.source)))
+                        if isinstance(node, ast.FunctionDef))
+        assert isinstance(function.body[-1], ast.Raise), twin.source  # the failure runs last
+    source = textwrap.dedent('''\
+        def test_commented():
+            assert f() == 1  # why
+
+        def test_block():
+            with ctx():
+                assert f() == 1
+    ''')
+    by_name = {t.name: t for t in make_twins({FILE: source}, [f"{FILE}::test_commented", f"{FILE}::test_block"],
+                                             seed="s") if t.kind == "plain"}
+    assert by_name["test_commented"].source.splitlines()[-1].strip().startswith("raise AssertionError(")
+    assert by_name["test_block"].source.splitlines()[-1].startswith("    raise AssertionError(")
+
+
 def test_placing_twins_together_is_placing_them_one_by_one() -> None:
     """A scoring places one twin per test, all of a file's at once (one parse, not two per twin):
     the file is the one placing them in turn would give, whatever the order and the line counts,
