@@ -23,6 +23,7 @@ name in the text they are placed in.
 from __future__ import annotations
 
 import ast
+import builtins
 import random
 import re
 import threading
@@ -552,8 +553,10 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
         if made_raises >= _VALUE_TWINS_PER_TEST:
             break
         original = _segment(all_lines, site)
-        pool = [e for e in _raised_in(tree, all_lines) if e != original]
-        builtin = [e for e in _BUILTIN_ERRORS if e != original and e not in pool]
+        if original in ("Exception", "BaseException"):
+            continue  # every other exception is one: a solution raising it passes the twin
+        pool = [e for e in _raised_in(tree, all_lines) if e != original and _unrelated(e, original)]
+        builtin = [e for e in _BUILTIN_ERRORS if e != original and e not in pool and _unrelated(e, original)]
         for choices in (pool, builtin):
             if choices:
                 made = twin("raises", _edit(all_lines, site, rng.choice(choices)))
@@ -611,6 +614,21 @@ def _raises_sites(node: ast.AST) -> list[ast.expr]:
              and (getattr(call.func, "attr", None) or getattr(call.func, "id", None)) in _RAISES_CHECKS
              and call.args and isinstance(call.args[0], ast.Name | ast.Attribute)]
     return sorted(sites, key=lambda n: (n.lineno, n.col_offset))
+
+
+def _unrelated(replacement: str, original: str) -> bool:
+    """Whether no exception a correct solution may raise for ``original`` is a ``replacement``.
+    A raises twin expects the replacement: gold, raising what the test expects, fails it, but
+    another correct solution raising a subclass of ``original`` that is also a ``replacement``
+    (``json.JSONDecodeError`` for ``ValueError``, a project's ``UnexpectedToken`` for its
+    ``ParseError``) would pass it. So the replacement is a builtin exception and, where the
+    original is one too, not a subclass of it; a builtin is never a subclass of a project's
+    exception."""
+    kind = getattr(builtins, replacement, None)
+    if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+        return False
+    expected = getattr(builtins, original, None)
+    return not (isinstance(expected, type) and issubclass(kind, expected))
 
 
 def _raised_in(tree: ast.Module, lines: list[str]) -> list[str]:
