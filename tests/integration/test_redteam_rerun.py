@@ -63,6 +63,8 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
+import subprocess
+import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -75,6 +77,7 @@ from taskforge.sandbox import SandboxLimits
 from taskforge.scoring.rewards import RewardResult
 from taskforge.scoring.scorer import Scorer
 from taskforge.task import Task
+from tests.integration.conftest import MINED_SOURCES
 from tests.integration.hacks import Ctx, context_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -321,16 +324,33 @@ ATTACKS: dict[str, Callable[[Ctx, str], dict[str, str | None]]] = {
 
 
 @pytest.fixture(scope="module")
-def contexts(request, tmp_path_factory) -> dict[str, Ctx]:  # type: ignore[no-untyped-def]
+def contexts(request, tmp_path_factory, session_cache) -> dict[str, Ctx]:  # type: ignore[no-untyped-def]
     """The attacked task of each project. ``TASKFORGE_REDTEAM_RERUN_TASKS`` names a folder of tasks
-    mined as ``mined_corpus`` mines them, to skip the mining when iterating."""
+    mined as ``mined_corpus`` mines them, to skip the mining when iterating. A target the shared
+    tasks lack (``mined_corpus`` mines 4 a project, and iniconfig's ``IniConfig.get`` comes 5th in
+    its candidates' order) is mined here, from the same source and seed with room for 10."""
     folder = os.environ.get("TASKFORGE_REDTEAM_RERUN_TASKS")
-    root = Path(folder) if folder else request.getfixturevalue("mined_corpus")[0]
+    roots = [Path(folder) if folder else request.getfixturevalue("mined_corpus")[0]]
     tasks: dict[str, Task] = {}
-    for task in read_tasks(root):
-        project = task.instance_id.split("__", 1)[0]
-        if task.target == TARGETS.get(project) and project not in tasks:
-            tasks[project] = task
+
+    def take(root: Path) -> None:
+        for task in read_tasks(root):
+            project = task.instance_id.split("__", 1)[0]
+            if task.target == TARGETS.get(project) and project not in tasks:
+                tasks[project] = task
+
+    take(roots[0])
+    for source in MINED_SOURCES:
+        project = source.removeprefix("pypi:").split("==", 1)[0]
+        if project in TARGETS and project not in tasks:
+            out = tmp_path_factory.mktemp(f"rerun-mined-{project}")
+            proc = subprocess.run(
+                [sys.executable, "-m", "taskforge.cli", "mine", source, "--out", str(out), "--max-tasks", "10",
+                 "--seed", "1"],
+                capture_output=True, text=True, timeout=1800, check=False,
+                env={**os.environ, "TASKFORGE_CACHE": str(session_cache)})
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            take(out)
     assert sorted(tasks) == sorted(TARGETS), sorted(tasks)
     return {project: context_of(task, tmp_path_factory.mktemp(f"rerun-{project}")) for project, task in tasks.items()}
 
