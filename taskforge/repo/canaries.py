@@ -526,7 +526,7 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
             twins.append(made)
     # Different input data, same checks: for a test whose checks hold no value to alter (a
     # ``pytest.raises`` block, a truth check), calibration keeps the ones gold then fails.
-    checked_sites = {id(site) for site in _value_sites(function)} | _check_literals(function)
+    checked_sites = {id(site) for site in value_sites} | _check_literals(function)
     inputs = [leaf for node in ast.walk(function) if isinstance(node, ast.expr) and _literal(node) is not _NOT_LITERAL
               and not isinstance(node, ast.List | ast.Tuple | ast.Dict) for leaf in _leaves(node)
               if id(leaf) not in checked_sites and not isinstance(_literal(leaf), bool)]
@@ -568,20 +568,20 @@ def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: 
     # The last resort, kept whatever else there is (calibration may keep no other): the test as
     # written, then a failure.
     words = [w for w in vocabulary.get(str, []) if w.isidentifier()] or ["mismatch"]
-    twins.append(twin("plain", _fail_after(all_lines, tree, function, classes,
-                                           f"raise AssertionError({rng.choice(words)!r})")))
+    twins.append(twin("plain", _fail_after(all_lines, function, classes, f"raise AssertionError({rng.choice(words)!r})")))
     return [made for made in twins if _parses(made.source)]
 
 
-def _fail_after(lines: list[str], tree: ast.Module, function: ast.FunctionDef | ast.AsyncFunctionDef,
-                classes: tuple[str, ...], failure: str) -> list[str]:
+def _fail_after(lines: list[str], function: ast.FunctionDef | ast.AsyncFunctionDef, classes: tuple[str, ...],
+                failure: str) -> list[str]:
     """``lines`` with ``failure`` run after the function's last statement: on that statement's
     own last line where it is a simple statement (``x = f(); raise ...``), so that no line of
     the file moves (a test that checks a line number of its file, a traceback or an ``inspect``
     call, passes beside the twin as it does alone); else on a line of its own after it."""
     statement = function.body[-1]
     end = statement.end_lineno or statement.lineno
-    if end == _span(function)[1] and not isinstance(statement, _COMPOUND):
+    last = _span(function)[1]
+    if end == last and not isinstance(statement, _COMPOUND):
         line = lines[end - 1]
         text = line.rstrip("\r")
         edited = [*lines[: end - 1], f"{text}; {failure}{line[len(text):]}", *lines[end:]]
@@ -593,7 +593,6 @@ def _fail_after(lines: list[str], tree: ast.Module, function: ast.FunctionDef | 
         if placed is not None and len(placed.body) == len(function.body) + 1 and isinstance(placed.body[-1], ast.Raise):
             return edited
     indent = lines[function.body[0].lineno - 1][: function.body[0].col_offset]
-    last = _span(function)[1]
     return [*lines[:last], f"{indent}{failure}", *lines[last:]]
 
 
