@@ -127,6 +127,11 @@ class TaskScorer(Protocol):
         most ``timeout_s`` (default: the scorer's own bound)."""
         ...
 
+    def confirm(self, task: Task, *, timeout_s: float | None = None) -> tuple[Task, Verdict]:
+        """The gold patch's verdict as scoring gives it, and ``task`` without the canaries that
+        verdict showed gold passes in their test's place."""
+        ...
+
 
 class ScorerFactory(Protocol):
     """Makes the scorer a mining worker's gate uses, as a context manager that owns its sandboxes:

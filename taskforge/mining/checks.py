@@ -437,7 +437,8 @@ def gate(task: Task, ctx: Context) -> Task | Rejected:
     """The verdict ``taskforge score`` will give, through the scorer itself: a fresh container, a
     new interpreter, a random hash seed. First the scorer calibrates the task's canaries (the
     twins of its hidden tests that gold fails); then gold must score 1.0 and the empty patch 0.0,
-    canaries in place. The task, with its canaries.
+    canaries in place (a twin gold passes there is dropped and gold scored again: ``confirm``).
+    The task, with its canaries.
 
     The empty patch runs FAIL_TO_PASS alone (``tests="fail_to_pass"``): the binary reward is 0
     exactly when one of them fails, whatever PASS_TO_PASS do, and the gold run has just shown
@@ -445,7 +446,7 @@ def gate(task: Task, ctx: Context) -> Task | Rejected:
     # The scorer's runs are bounded as mining's are, by the baseline's duration.
     bound = run_timeout(ctx.baseline.seconds, ctx.config.timeout_s)
     task = ctx.scorer.calibrate(task, timeout_s=bound)
-    gold = ctx.scorer.score(task, task.patch, timeout_s=bound)
+    task, gold = ctx.scorer.confirm(task, timeout_s=bound)
     if gold.status != "ok" or gold.reward != 1.0:
         failed = next((f"{t}: {o}" for t, o in {**gold.fail_to_pass, **gold.pass_to_pass}.items() if o != "passed"), "")
         if gold.status != "ok":

@@ -67,6 +67,9 @@ class RewardResult:
     """What the tamper checks found; not empty exactly when the status is ``tampered``."""
     detail: str = ""
     """One line on a status other than ok, or on a contradiction in the run."""
+    canaries_passed: list[int] = field(default_factory=list)
+    """The task's canaries (their indices) that passed in their test's place while that test
+    passed as itself in the other run: what made the scoring ``tampered`` by canary."""
     apply_s: float = 0.0
     test_s: float = 0.0
     duration_s: float = 0.0

@@ -169,6 +169,9 @@ _PER_SCORING = 2
 """Containers one scoring takes: two runs with canaries (``verdict.plan_runs``)."""
 CALIBRATION_RUNS = 2
 """Fresh runs of the gold patch a canary must fail, every one, to be kept (:meth:`Scorer.calibrate`)."""
+GATE_REPAIRS = 2
+"""How many times :meth:`Scorer.confirm` drops the twins gold passed in place and scores again."""
+_CANARY_TAMPER = "canary: a twin of "
 
 
 class _Batch:
@@ -561,8 +564,12 @@ class Scorer:
                 exits.append(f"pytest exited {run.exit_code}")
         # A twin that passed in the place of a test that passes as itself: the same code passed the
         # check and its opposite (a forged pass). Beside a test that fails, it is a wrong answer.
-        tampering = [f"canary: a twin of {t} with its check altered passed in the place of the test"
-                     for t in twins_passed if outcomes.get(t) == "passed"] + tampering
+        forged = [t for t in twins_passed if outcomes.get(t) == "passed"]
+        tampering = [f"{_CANARY_TAMPER}{t} with its check altered passed in the place of the test"
+                     for t in forged] + tampering
+        canaries = task_canaries(task)
+        result.canaries_passed = sorted({canaries.index(twin) for part, _ in runs for twin in part.twins
+                                         if set(twin.tests) & set(forged)})
         result.fail_to_pass = {t: outcomes.get(t, "missing") for t in task.FAIL_TO_PASS}
         if tests == "all":
             result.pass_to_pass = {t: outcomes.get(t, "missing") for t in task.PASS_TO_PASS}
@@ -637,6 +644,27 @@ class Scorer:
         validation = json.loads(task.validation or "{}")
         validation["canaries"] = [twin.to_json() for twin in kept]
         return replace(task, validation=json.dumps(validation, sort_keys=True))
+
+    def confirm(self, task: Task, *, timeout_s: float | None = None) -> tuple[Task, RewardResult]:
+        """Gold scored as ``taskforge score`` will score it (mining's gate), with ``task`` holding
+        the canaries scoring can keep. Calibration ran each twin beside its test under another
+        name; scoring puts it in the test's place, under the test's name, among the tests of its
+        file as they run. A twin gold passes there (it failed beside only on the state another twin
+        left behind, or on data named after its test) would score every correct solution
+        ``tampered``: when canaries alone made a gold scoring tampered, those twins are dropped
+        (counted in ``validation["canaries_dropped"]``) and gold is scored again with a new plan,
+        at most :data:`GATE_REPAIRS` times."""
+        for repair in range(GATE_REPAIRS + 1):
+            gold = self.score(task, task.patch, timeout_s=timeout_s)
+            by_canaries = all(t.startswith(_CANARY_TAMPER) for t in gold.tampering)
+            if gold.status != "tampered" or not gold.canaries_passed or not by_canaries or repair == GATE_REPAIRS:
+                return task, gold
+            validation = json.loads(task.validation or "{}")
+            validation["canaries"] = [twin for index, twin in enumerate(validation["canaries"])
+                                      if index not in gold.canaries_passed]
+            validation["canaries_dropped"] = validation.get("canaries_dropped", 0) + len(gold.canaries_passed)
+            task = replace(task, validation=json.dumps(validation, sort_keys=True))
+        raise AssertionError("unreachable")
 
 
 def _fails_as_twin(twin: Twin, run: RunResult, nodeid: str) -> bool:

@@ -24,11 +24,13 @@ TAMPERED_PROPERTY = "taskforge.tampered"
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    """One run of a scoring: the state, the tests selected, which of them are twins."""
+    """One run of a scoring: the state, the tests selected, which of them are twins (their ids,
+    and the twins placed)."""
 
     changes: Mapping[str, bytes | None]
     select: list[str]
     canaries: frozenset[str]
+    twins: tuple[Twin, ...] = ()
 
 
 def task_canaries(task: Task) -> list[Twin]:
@@ -77,8 +79,10 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
     def ids(group: list[Twin]) -> frozenset[str]:
         return frozenset(i for twin in group for i in twin.tests)
 
-    return [Part(changes=with_twins(halves[1]), select=sorted([*shared, *dealt[0]]), canaries=ids(halves[1])),
-            Part(changes=with_twins(halves[0]), select=sorted([*shared, *dealt[1]]), canaries=ids(halves[0]))]
+    return [Part(changes=with_twins(halves[1]), select=sorted([*shared, *dealt[0]]), canaries=ids(halves[1]),
+                 twins=tuple(halves[1])),
+            Part(changes=with_twins(halves[0]), select=sorted([*shared, *dealt[1]]), canaries=ids(halves[0]),
+                 twins=tuple(halves[0]))]
 
 
 def _test_file(nodeid: str) -> str:

@@ -99,12 +99,12 @@ def test_tests_are_where_pytest_finds_them_and_doctests_are_never_fail_to_pass(h
     tasks = read_tasks(out)
     targets = {(t.strategy, t.target) for t in tasks}
     # Hidden tests in hazard/tests.py (python_files), hazard/check_generated.py,
-    # hazard/check_ids.py and hazard/check_draws.py: test code, so they are in test_patch, never
-    # in the gold patch.
+    # hazard/check_ids.py, hazard/check_draws.py and hazard/check_names.py: test code, so they are
+    # in test_patch, never in the gold patch.
     assert ("symbol", "hazard.words:reverse_words") in targets
     for task in tasks:
         assert not any(is_doctest_id(t) for t in task.FAIL_TO_PASS), task.instance_id
-        hidden = ("hazard/tests.py", "check_generated", "check_ids", "check_draws")
+        hidden = ("hazard/tests.py", "check_generated", "check_ids", "check_draws", "check_names")
         assert not any(name in task.patch for name in hidden)
         assert any(name in task.test_patch for name in hidden)
     # Doctests of the modules the gold patch restores are PASS_TO_PASS; ids hold ".py" and spaces.
@@ -167,6 +167,21 @@ def test_a_random_feature_keeps_no_canary_a_correct_draw_may_pass(hazard) -> Non
                 assert "[[1, 2], [1, 3], [2, 1], [2, 3], [3, 1], [3, 2]]" in twin.source, twin.source
             if twin.name == "test_draw_pair_from_named_pairs" and twin.kind in ("value", "input"):
                 assert 'pairs = [["a", "b"], ["b", "a"]]' in twin.source, twin.source
+
+
+def test_a_twin_that_fails_only_under_another_name_is_dropped_at_the_gate(hazard) -> None:  # type: ignore[no-untyped-def]
+    """check_names.py's first test looks its expected value up by its own name. Calibration runs
+    twins under other names, where that test fails whatever its twin alters; in the test's own
+    place gold passes the twin that alters the fallback, and the gate's gold scoring was
+    ``tampered`` by it (the tasks were rejected as ``scorer_tampered``). The gate drops it and
+    scores again: the tasks are written, hold (the scoring runs above), and keep no such twin."""
+    out, summary = hazard
+    named = [t for t in read_tasks(out) if any("check_names.py" in i for i in t.FAIL_TO_PASS)]
+    assert named, [r for r in summary["rejected"] if "names" in r["target"]]
+    for task in named:
+        assert json.loads(task.validation)["canaries_dropped"] >= 1, task.instance_id
+        by_name = [tw for tw in task_canaries(task) if tw.name == "test_shout_by_name"]
+        assert by_name and all(tw.kind != "input" for tw in by_name), [tw.kind for tw in by_name]
 
 
 def test_a_top_level_module_is_indexed_like_a_package(tmp_path_factory, session_cache, base_image) -> None:  # type: ignore[no-untyped-def]
