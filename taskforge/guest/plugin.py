@@ -22,7 +22,8 @@ directories in ``$TASKFORGE_COVERAGE_SOURCE`` with one context per test, and wri
 ``{node id: {file: [lines]}}`` as JSON to that path when pytest ends. With
 ``$TASKFORGE_SELECT`` naming a JSON file of node ids, only those tests run (the rest are
 deselected): argument lists cannot carry tens of thousands of ids. These variables are removed
-from the environment before any test code runs.
+from the environment before any test code runs. Without it, every test runs but the checks that
+lint plugins add to each Python file (``_file_check``): tasks test what code does.
 """
 
 from __future__ import annotations
@@ -130,9 +131,26 @@ def pytest_collection(session: pytest.Session) -> bool | None:
     return True  # nothing is collected
 
 
+def _file_check(item: pytest.Item) -> bool:
+    """Whether ``item`` is a plugin's check of a Python file as a file (pytest-ruff's
+    ``FILE::ruff``, pytest-flake8, pytest-mypy, pytest-black, pytest-isort, pytest-pylint): an
+    item that is neither a test function nor a doctest, collected from a ``.py`` file. It checks
+    how the file is written, not what the code does: an import a removal leaves unused fails it,
+    and it makes a source module look like a test file."""
+    from _pytest.doctest import DoctestItem
+
+    return not isinstance(item, (pytest.Function, DoctestItem)) and str(item.path).endswith(".py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     wanted = config.stash.get(_select_key, None)
     if wanted is None:
+        # A whole run (the baseline) leaves file checks out, so no task counts on one; a selection
+        # that names one (a task mined before) still runs it.
+        checks = [item for item in items if _file_check(item)]
+        if checks:
+            config.hook.pytest_deselected(items=checks)
+            items[:] = [item for item in items if not _file_check(item)]
         return
     deselected = [item for item in items if item.nodeid not in wanted]
     if deselected:

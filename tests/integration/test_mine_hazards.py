@@ -9,7 +9,8 @@ pytest hook whose signature pytest's hookspec also has, and tests that share sta
 they run. ``onefile``: one top-level module, and a
 pytest plugin installed that does not fit the environment's pytest. ``lengths``: objects built
 while the package is imported (read from the source, any of their dunders may run then; only
-``__init__`` does), and docs that are doctests (``--doctest-glob=*.rst``).
+``__init__`` does), and docs that are doctests (``--doctest-glob=*.rst``). ``linted``: a lint item
+for every Python file (``FILE::lint``, as pytest-ruff adds), source modules included.
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from taskforge.datasets import read_rows, read_tasks
 from taskforge.repo.symbols import build_index
+from taskforge.sandbox import SandboxLimits
+from taskforge.scoring.scorer import Scorer
 from taskforge.scoring.verdict import task_canaries
 from taskforge.task import is_doctest_id
 
@@ -182,6 +186,32 @@ def test_a_twin_that_fails_only_under_another_name_is_dropped_at_the_gate(hazard
         assert json.loads(task.validation)["canaries_dropped"] >= 1, task.instance_id
         by_name = [tw for tw in task_canaries(task) if tw.name == "test_shout_by_name"]
         assert by_name and all(tw.kind != "input" for tw in by_name), [tw.kind for tw in by_name]
+
+
+def test_lint_checks_of_files_are_no_tests(tmp_path_factory, session_cache, backend, base_image) -> None:  # type: ignore[no-untyped-def]
+    """linted's conftest.py adds a lint item to every Python file, its package's modules included,
+    as pytest-ruff does (``linted/text.py::lint``). A whole run leaves them out, so no task counts
+    on one: before, every candidate was rejected (a test file's lint item failed with its hidden
+    tests: ``unhideable_test``), and a source module holding one was a test file to the scorer.
+    A selection that names one, as a task mined before may, still runs it."""
+    out, summary = _mine("linted", tmp_path_factory, session_cache)
+    assert summary["tests"] == 8 and summary["tasks"] >= 4, summary
+    tasks = read_tasks(out)
+    assert not any(i.endswith("::lint") for t in tasks for i in (*t.FAIL_TO_PASS, *t.PASS_TO_PASS))
+    validated = _cli("validate", str(out), cache=session_cache)
+    assert validated.returncode == 0 and "BROKEN" not in validated.stdout, validated.stdout[-3000:]
+    rewards = out.parent / f"{out.name}-rewards"
+    scored = _cli("score", "--tasks", str(out), "--gold", "--empty", "--out", str(rewards), cache=session_cache)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    for row in read_rows(rewards):
+        wanted = 1.0 if row["candidate_id"] == "gold" else 0.0
+        assert (row["status"], row["reward"]) == ("ok", wanted), (row["instance_id"], row["detail"])
+    task = next(t for t in tasks if t.target.startswith("linted.wrap"))
+    older = replace(task, PASS_TO_PASS=(*task.PASS_TO_PASS, "linted/text.py::lint"))
+    with Scorer(backend=backend, limits=SandboxLimits.load(), timeout_s=120) as scorer:
+        result = scorer.score(older, task.patch)
+    assert (result.status, result.reward) == ("ok", 1.0), result.detail
+    assert result.pass_to_pass["linted/text.py::lint"] == "passed"
 
 
 def test_a_top_level_module_is_indexed_like_a_package(tmp_path_factory, session_cache, base_image) -> None:  # type: ignore[no-untyped-def]
