@@ -22,6 +22,7 @@ from taskforge.mining.audit.scan import (
     audit_task_state,
     scan_image,
 )
+from taskforge.mining.audit.vocabulary import Interfaces
 from taskforge.mining.baseline import Baseline, run_timeout
 from taskforge.mining.candidates import Candidate
 from taskforge.mining.config import (
@@ -102,8 +103,8 @@ class Context:
     """The repository's test files, parsed once for every candidate's hidden tests."""
     layout: TestLayout
     """Which files are tests: the project's pytest configuration, asked of pytest."""
-    interfaces: frozenset[str]
-    """Names the environment's dependencies define (taskforge.mining.audit.vocabulary.interface_names)."""
+    interfaces: Interfaces
+    """What the environment's dependencies define and say (taskforge.mining.audit.vocabulary.interface_names)."""
     scorer: TaskScorer
     """The verdict every task must get before it is written: gold 1.0, the empty patch 0.0."""
 

@@ -301,7 +301,7 @@ def test_a_dependencys_interface_is_no_evidence(tmp_path, monkeypatch) -> None: 
     but not the body's n-grams, and not what a dependency's copy of the project defines."""
     import zipfile
 
-    from taskforge.mining.audit.vocabulary import interface_names
+    from taskforge.mining.audit.vocabulary import Interfaces, interface_names
 
     monkeypatch.setenv("TASKFORGE_CACHE", str(tmp_path / "cache"))
     wheelhouse = tmp_path / "wheels"
@@ -314,11 +314,13 @@ def test_a_dependencys_interface_is_no_evidence(tmp_path, monkeypatch) -> None: 
     with zipfile.ZipFile(wheelhouse / "vendorer-1.0-py3-none-any.whl", "w") as wheel:  # vendors the project
         wheel.writestr("vendorer/_vendor/pkg/__init__.py", "def reverse_phrase_words(p):\n    return p\n")
     interfaces = interface_names(wheelhouse, own=["pkg"])
-    assert {"def pytest_generate_tests(metafunc)", "async def visit_statement_node(self, node, *, depth=...)"} <= interfaces
-    assert "def reverse_phrase_words(p)" not in interfaces  # a copy of the project is no interface
-    assert "def reverse_phrase_words(p)" in interface_names(wheelhouse)
+    assert {"def pytest_generate_tests(metafunc)",
+            "async def visit_statement_node(self, node, *, depth=...)"} <= interfaces.signatures
+    assert "def reverse_phrase_words(p)" not in interfaces.signatures  # a copy of the project is no interface
+    assert "reverse_phrase_words" not in interfaces.identifiers
+    assert "def reverse_phrase_words(p)" in interface_names(wheelhouse).signatures
     assert interface_names(wheelhouse, own=["pkg"]) == interfaces  # read back from the cache
-    assert interface_names(tmp_path / "absent") == frozenset()
+    assert interface_names(tmp_path / "absent") == Interfaces()
 
     hidden = ("from pkg import reverse_phrase_words\n\n\ndef pytest_generate_tests(metafunc):\n"
               "    if 'phrase' in metafunc.fixturenames:\n        metafunc.parametrize('phrase', ['a b'])\n\n\n"
@@ -335,6 +337,45 @@ def test_a_dependencys_interface_is_no_evidence(tmp_path, monkeypatch) -> None: 
     assert "pkg.check_generated.pytest_generate_tests" in aware.names  # the project's own dotted name stays
     assert "def test_reversing_twice_gives_the_phrase(phrase)" in aware.signatures  # the rest is still searched
     assert aware.ngrams == plain.ngrams  # a copy of the body is found either way
+
+
+def test_what_a_dependency_says_is_no_evidence(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """glom's hidden test patches ``traceback._some_str`` and formats ``'<unprintable ...'``;
+    boltons, a dependency the image installs, defines ``_some_str`` and says ``'<unprintable %s
+    object>'``, and the image audit rejected the task on that file. A name or a constant one of
+    the environment's wheels uses is no evidence; the body's n-grams are, and so is a constant of
+    the project's own wheel (the project is no dependency of itself)."""
+    import zipfile
+
+    from taskforge.mining.audit.vocabulary import interface_names
+
+    monkeypatch.setenv("TASKFORGE_CACHE", str(tmp_path / "cache"))
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    with zipfile.ZipFile(wheelhouse / "tbtools-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("tbtools/tb.py", "def _some_str(value):\n    try:\n        return str(value)\n"
+                                        "    except Exception:\n        return '<unprintable %s object>' % type(value)\n")
+    with zipfile.ZipFile(wheelhouse / "pkg-1.0-py3-none-any.whl", "w") as wheel:  # the project's own wheel
+        wheel.writestr("pkg/errors.py", "MESSAGE = 'stack frames of the failing glomspec'\n")
+    interfaces = interface_names(wheelhouse, own=["pkg"])
+    assert "_some_str" in interfaces.identifiers and interfaces.common_literal("<unprintable ")
+    assert not interfaces.common_literal("stack frames of the failing glomspec")
+
+    hidden = ("import traceback\n\n\ndef _make_stack(spec):\n    original = getattr(traceback, '_some_str', None)\n\n"
+              "    def _debug_some_str(value):\n        return f'<unprintable {type(value).__name__} object>'\n\n"
+              "    traceback._some_str = _debug_some_str\n    try:\n        return glom_stack(spec)\n"
+              "    finally:\n        traceback._some_str = original\n\n\n"
+              "def test_stack_frames_of_the_failing_glomspec():\n"
+              "    assert _make_stack('a.b') == 'stack frames of the failing glomspec'\n")
+    inputs = {"before": {"pkg/test/test_error.py": hidden}, "after": {"pkg/test/test_error.py": None},
+              "visible": {"pkg/__init__.py": "def glom_stack(spec):\n    return spec\n"}, "strategy": "symbol"}
+    plain = build_fingerprint(**inputs)  # type: ignore[arg-type]
+    assert {"_some_str", "<unprintable "} <= set(plain.constants), plain.constants
+    aware = build_fingerprint(**inputs, interfaces=interfaces)  # type: ignore[arg-type]
+    assert not {"_some_str", "<unprintable "} & set(aware.constants), aware.constants
+    assert "stack frames of the failing glomspec" in aware.constants  # what no dependency says stays
+    assert "_make_stack" in aware.names
+    assert aware.ngrams == plain.ngrams
 
 
 def test_removed_lines_are_numbered_as_the_ast_numbers_them_past_a_form_feed() -> None:

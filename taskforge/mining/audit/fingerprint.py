@@ -25,8 +25,11 @@ legitimately see, and little an unrelated project is likely to contain:
   removed with such a signature (:func:`interface_names`; a dependency's copy of the project is
   no dependency): a hook implementation matches the hookspec that declares it
   (``def pytest_generate_tests(metafunc)`` is in pytest), a method that overrides a dependency's
-  base class matches the base. That is an interface, not a copy. The n-grams of the body are
-  kept: they are what a copy would share.
+  base class matches the base. That is an interface, not a copy. Nor a name or a constant a
+  dependency also uses or says (glom's hidden test patches ``traceback._some_str`` and formats
+  ``'<unprintable ...'``; boltons, a dependency, defines ``_some_str`` and says
+  ``'<unprintable %s object>'``): the image holds it whatever the task removed. The n-grams of the
+  body are kept: they are what a copy would share.
 * nothing too small to tell apart: constants under six characters, docstrings under 24, items
   without a word of five characters or more (the audit's prefilter needs one), n-grams that hold
   only keywords, operators and common names.
@@ -62,6 +65,7 @@ from taskforge.mining.audit.original import Removed, compare
 from taskforge.mining.audit.vocabulary import (
     IDENTIFIER,
     PYTHON_SUFFIXES,
+    Interfaces,
     Vocabulary,
     collapsed,
     format_signature,
@@ -536,7 +540,7 @@ def build_fingerprint(
     strategy: str,
     test_ids: Sequence[str] = (),
     n: int = DEFAULT_NGRAM,
-    interfaces: frozenset[str] = frozenset(),
+    interfaces: Interfaces | None = None,
 ) -> Fingerprint:
     """The fingerprint of what the task removed.
 
@@ -544,7 +548,7 @@ def build_fingerprint(
     tests). ``after``: the same paths -> start-state text, None for a deleted file (a missing path
     counts as deleted). ``visible``: every text file of the clean start state. ``strategy``: the
     removal strategy (``body``, ``symbol``, ``module``). ``test_ids``: the hidden FAIL_TO_PASS ids.
-    ``interfaces``: signatures the environment's dependencies define (:func:`interface_names`).
+    ``interfaces``: what the environment's dependencies define and say (:func:`interface_names`).
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -570,6 +574,7 @@ def build_fingerprint(
     state = _StartState(visible, candidate_words)
     vocabulary = stdlib_vocabulary()
     common_identifiers = vocabulary.document_frequency
+    interfaces = interfaces or Interfaces()
 
     ngrams: dict[int, tuple[str, ...]] = {}
     for h, words in windows.items():
@@ -586,11 +591,11 @@ def build_fingerprint(
     # A removed function whose signature a dependency also defines implements or overrides it:
     # neither its signature nor its bare name is evidence (its body's n-grams still are).
     implemented = {parsed[0] for loss in losses for s in loss.signatures
-                   if s in interfaces and (parsed := parse_signature(s)) is not None}
+                   if s in interfaces.signatures and (parsed := parse_signature(s)) is not None}
     for loss in losses:
         for name in loss.names:
             if (len(name) >= MIN_WORD and name not in state.identifiers and name not in common_identifiers
-                    and name not in implemented):
+                    and name not in implemented and name not in interfaces.identifiers):
                 names.add(name)
         for name in loss.dotted:
             path_form = "/".join(name.split(".")) + ".py"
@@ -598,13 +603,14 @@ def build_fingerprint(
                 dotted.add(name)
         for signature in loss.signatures:
             parsed = parse_signature(signature)
-            if (parsed is not None and parsed[0] not in common_identifiers and signature not in interfaces
+            if (parsed is not None and parsed[0] not in common_identifiers and signature not in interfaces.signatures
                     and anchor_word(signature)):
                 signatures.add(signature)
         for value in loss.constants:
             text = value.strip()
             if (len(text) >= MIN_CONSTANT and _plain_string(value) and anchor_word(value)
-                    and not vocabulary.common_literal(value) and not state.contains(value)):
+                    and not vocabulary.common_literal(value) and not interfaces.common_literal(value)
+                    and not state.contains(value)):
                 constants.add(value)
         for docstring in loss.docstrings:
             text = _cut_docstring(docstring)

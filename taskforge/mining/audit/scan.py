@@ -24,6 +24,7 @@ from taskforge import guest
 from taskforge.errors import TaskforgeError
 from taskforge.guest import scanner
 from taskforge.mining.audit.fingerprint import Fingerprint, build_fingerprint
+from taskforge.mining.audit.vocabulary import Interfaces
 from taskforge.repo.startstate import is_scrubbed, tracked_texts
 from taskforge.sandbox import Sandbox
 
@@ -105,14 +106,14 @@ def audit_start_state(
     visible: Mapping[str, str],
     strategy: str,
     test_ids: Sequence[str],
-    interfaces: frozenset[str] = frozenset(),
+    interfaces: Interfaces | None = None,
 ) -> tuple[Fingerprint, AuditResult]:
     """Fingerprint what the task removed and scan its start state (``start_dir``, .git included).
 
     ``before``/``after``: the changed files' original and start-state texts; ``visible``: every
     text file of the start state, compared with the original (what the fingerprint must not
-    contain, and the copies it keeps, each a finding with match ``copy``); ``interfaces``: names
-    the environment's dependencies define (``taskforge.mining.audit.vocabulary.interface_names``).
+    contain, and the copies it keeps, each a finding with match ``copy``); ``interfaces``: what
+    the environment's dependencies define and say (``taskforge.mining.audit.vocabulary.interface_names``).
     """
     started = time.monotonic()
     fingerprint = build_fingerprint(before=before, after=after, visible=visible, strategy=strategy, test_ids=test_ids,
@@ -141,7 +142,7 @@ def audit_start_state(
 
 def audit_task_state(
     *, source_dir: Path, start_dir: Path, start_changes: Mapping[str, str | None], strategy: str, test_ids: Sequence[str],
-    interfaces: frozenset[str] = frozenset(),
+    interfaces: Interfaces | None = None,
 ) -> tuple[Fingerprint, AuditResult]:
     """:func:`audit_start_state` for a start state written from ``source_dir`` with ``start_changes``."""
     changed = [p for p in start_changes if not is_scrubbed(p)]

@@ -1,7 +1,8 @@
 """What is common knowledge, and so no evidence of a leak: the Python standard library's names,
-signatures and literals (``stdlib_vocabulary``, cached per interpreter), and the interfaces the
-environment's dependencies define (:func:`interface_names`: full signatures, so a hook or an override
-that matches its declaration is no copy)."""
+signatures and literals (``stdlib_vocabulary``, cached per interpreter), and what the
+environment's dependencies define and say (:func:`interface_names`: full signatures, so a hook or an
+override that matches its declaration is no copy; identifiers and literals, which any image of the
+environment holds)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from taskforge.guest.scanner import (
     normalize_docstring,
 )
 
-__all__ = ["IDENTIFIER", "PYTHON_SUFFIXES", "Vocabulary", "collapsed", "format_signature", "interface_names", "interior_words", "parse", "runs", "stdlib_vocabulary", "task_interfaces"]
+__all__ = ["IDENTIFIER", "PYTHON_SUFFIXES", "Vocabulary", "collapsed", "Interfaces", "format_signature", "interface_names", "interior_words", "parse", "runs", "stdlib_vocabulary", "task_interfaces"]
 
 
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -166,6 +167,7 @@ _VOCABULARY_FORMAT = 2
 
 _LITERAL_CHARS = 80
 """The longest standard library literal kept in the vocabulary."""
+_LITERAL = re.compile(rf"""'([^'\\\n]{{1,{_LITERAL_CHARS}}})'|"([^"\\\n]{{1,{_LITERAL_CHARS}}})\"""")
 
 
 _FOUND_IN_MAX = 64
@@ -177,7 +179,6 @@ def _read_stdlib_vocabulary(root: str) -> Vocabulary:
     frequency: dict[str, int] = {}
     found_in: dict[str, list[int]] = {}
     literals: set[str] = set()
-    literal = re.compile(rf"""'([^'\\\n]{{1,{_LITERAL_CHARS}}})'|"([^"\\\n]{{1,{_LITERAL_CHARS}}})\"""")
     modules = 0
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = [s for s in subfolders if s not in skip]
@@ -190,7 +191,7 @@ def _read_stdlib_vocabulary(root: str) -> Vocabulary:
                     text = handle.read()
             except OSError:
                 continue
-            for single, double in literal.findall(text):
+            for single, double in _LITERAL.findall(text):
                 literals.add(single or double)
             if in_tests:
                 continue  # word rarity is judged on library code only
@@ -203,22 +204,44 @@ def _read_stdlib_vocabulary(root: str) -> Vocabulary:
                        found_in=found_in)
 
 
-_INTERFACES_FORMAT = 2
+_INTERFACES_FORMAT = 3
 
 
 _INTERFACE_FILE_BYTES = 1 << 20
 
 
-def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = ()) -> frozenset[str]:
-    """The signatures (``def name(a, b=...)``, as the fingerprint writes them) of every function
-    and method defined in the Python files of the wheels in ``wheelhouse`` (the environment's
-    dependencies, which the image installs): the interfaces a project may implement or override.
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Interfaces:
+    """What the environment's dependencies define and say (:func:`interface_names`)."""
 
-    Files that lie under a folder or module named like one of ``own`` (the project's top-level
-    packages and modules) are left out: a dependency that vendors the project
-    (``setuptools/_vendor/more_itertools``) holds copies, not interfaces, and a copy in the image
-    must stay evidence. Read once per set of wheels and kept in the cache folder; an absent
-    wheelhouse (a task audited on another machine) gives none, which only makes the audit stricter."""
+    signatures: frozenset[str] = frozenset()
+    """Every function's and method's signature, as the fingerprint writes them."""
+    identifiers: frozenset[str] = frozenset()
+    """Every identifier their Python files use."""
+    literals: str = ""
+    """Every string literal of theirs up to :data:`_LITERAL_CHARS`, NUL-separated."""
+
+    def common_literal(self, value: str) -> bool:
+        """Whether ``value`` is (part of) one of their literals, or one of their identifiers."""
+        if value in self.identifiers:
+            return True
+        return len(value) <= _LITERAL_CHARS and "\0" not in value and value in self.literals
+
+
+def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = ()) -> Interfaces:
+    """What the Python files of the wheels in ``wheelhouse`` (the environment's dependencies, which
+    the image installs) define and say: the signatures (``def name(a, b=...)``) of their functions
+    and methods, the interfaces a project may implement or override; and their identifiers and
+    string literals, which the image holds whatever the task removed (glom's hidden test patches
+    ``traceback._some_str`` and formats ``'<unprintable ...'``, and boltons, a dependency, defines
+    ``_some_str`` and says ``'<unprintable %s object>'``).
+
+    The project's own wheel, and every file that lies under a folder or module named like one of
+    ``own`` (the project's top-level packages and modules), are left out: a dependency that vendors
+    the project (``setuptools/_vendor/more_itertools``) holds copies, not interfaces, and a copy in
+    the image must stay evidence. Read once per set of wheels and kept in the cache folder; an
+    absent wheelhouse (a task audited on another machine) gives none, which only makes the audit
+    stricter."""
     import zipfile
 
     from taskforge.paths import cache_root
@@ -227,38 +250,51 @@ def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = 
     try:
         wheels = sorted(name for name in os.listdir(folder) if name.endswith(".whl"))
     except OSError:
-        return frozenset()
+        return Interfaces()
     own_names = sorted({PurePosixPath(name).stem for name in own})
     key = hashlib.sha256("\0".join([str(_INTERFACES_FORMAT), *own_names, "", *wheels]).encode()).hexdigest()[:16]
     stored = cache_root() / "audit" / f"interfaces-{key}.json"
     try:
-        return frozenset(json.loads(stored.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
+        data = json.loads(stored.read_text(encoding="utf-8"))
+        return Interfaces(signatures=frozenset(data["signatures"]), identifiers=frozenset(data["identifiers"]),
+                          literals=data["literals"])
+    except (OSError, ValueError, KeyError, TypeError):
         pass
     signatures: set[str] = set()
+    identifiers: set[str] = set()
+    literals: set[str] = set()
     for wheel in wheels:
         try:
             with zipfile.ZipFile(os.path.join(folder, wheel)) as archive:
-                for info in archive.infolist():
+                names = archive.infolist()
+                if any(PurePosixPath(PurePosixPath(i.filename).parts[0]).stem in own_names for i in names):
+                    continue  # the project's own wheel
+                for info in names:
                     parts = PurePosixPath(info.filename).parts
                     if (not info.filename.endswith(PYTHON_SUFFIXES) or info.file_size > _INTERFACE_FILE_BYTES
                             or any(PurePosixPath(part).stem in own_names for part in parts)):
                         continue
-                    tree = parse(archive.read(info).decode("utf-8", "replace"))
+                    text = archive.read(info).decode("utf-8", "replace")
+                    identifiers.update(IDENTIFIER.findall(text))
+                    literals.update(single or double for single, double in _LITERAL.findall(text))
+                    tree = parse(text)
                     if tree is not None:
                         signatures.update(format_signature(node) for node in ast.walk(tree)
                                           if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
         except (OSError, zipfile.BadZipFile):
             continue  # an unreadable wheel would not install either
+    found = Interfaces(signatures=frozenset(signatures), identifiers=frozenset(identifiers),
+                       literals="\0".join(sorted(literals)))
     stored.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".interfaces-", dir=stored.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(sorted(signatures), handle)
+        json.dump({"signatures": sorted(signatures), "identifiers": sorted(identifiers), "literals": found.literals},
+                  handle)
     os.replace(tmp, stored)
-    return frozenset(signatures)
+    return found
 
 
-def task_interfaces(task: Any) -> frozenset[str]:
+def task_interfaces(task: Any) -> Interfaces:
     """:func:`interface_names` of a task row's environment (its ``environment`` JSON)."""
     env = json.loads(task.environment)
     return interface_names(env["wheelhouse"], own=env.get("package_paths", ()))
