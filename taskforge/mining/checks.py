@@ -476,12 +476,13 @@ def audit_image(
         for task in tasks:
             with backend.start(ctx.env.image, limits=limits or SandboxLimits.load(),
                                labels={"taskforge.role": "audit"}) as box:
-                scans[task.instance_id] = scan_image({task.instance_id: fingerprints[task.instance_id]}, sandbox=box)
+                scans[task.instance_id] = scan_image({task.instance_id: fingerprints[task.instance_id]}, sandbox=box,
+                                                     interfaces=ctx.interfaces)
     else:
         # The warm container's /tmp holds taskforge's tools; an agent's /tmp starts empty.
         roots = [root for root in IMAGE_ROOTS if root != "/tmp"]
         findings, totals = scan_image({t.instance_id: fingerprints[t.instance_id] for t in tasks},
-                                      sandbox=runner.sandbox(), roots=roots)
+                                      sandbox=runner.sandbox(), roots=roots, interfaces=ctx.interfaces)
         share = {**totals, "seconds": totals["seconds"] / len(tasks)}
         scans = {task.instance_id: ({task.instance_id: findings[task.instance_id]}, share) for task in tasks}
     kept = []

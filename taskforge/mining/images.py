@@ -54,6 +54,7 @@ from taskforge.errors import TaskforgeError
 if TYPE_CHECKING:
     from taskforge.mining.audit.fingerprint import Fingerprint
     from taskforge.mining.audit.scan import AuditResult
+    from taskforge.mining.audit.vocabulary import Interfaces
     from taskforge.sandbox import SandboxBackend, SandboxLimits
     from taskforge.task import Task
 
@@ -131,7 +132,7 @@ def _view_paths(path: str) -> str:
 
 
 def _scan_in_image(tag: str, fingerprint_key: str, fingerprint: Fingerprint, *, backend: ImageBackend,
-                   limits: SandboxLimits) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                   limits: SandboxLimits, interfaces: Interfaces) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from taskforge.mining.audit.scan import IMAGE_ROOTS, scan_image
 
     view = f"taskforge-audit-view-{tag.replace(':', '-').removeprefix('taskforge-task-')}:scan"
@@ -143,7 +144,8 @@ def _scan_in_image(tag: str, fingerprint_key: str, fingerprint: Fingerprint, *, 
         # The fresh sandbox's own /tmp (a tmpfs) holds only the scanner; the image's /tmp is in the view.
         roots = [r for r in IMAGE_ROOTS if r != "/tmp"] + [AUDIT_VIEW]
         with backend.start(view, limits=limits, labels={"taskforge.role": "audit"}) as box:
-            findings, totals = scan_image({fingerprint_key: fingerprint}, sandbox=box, roots=roots)
+            findings, totals = scan_image({fingerprint_key: fingerprint}, sandbox=box, roots=roots,
+                                          interfaces=interfaces)
     finally:
         backend.remove_image(view)
     return [{**f, "path": _view_paths(str(f["path"]))} for f in findings[fingerprint_key]], totals
@@ -181,7 +183,8 @@ def build_task_image(task: Task, *, backend: ImageBackend, limits: SandboxLimits
                 "taskforge.role": "task", "taskforge.instance_id": task.instance_id,
                 "taskforge.base_commit": task.base_commit, "taskforge.env_image": task.image_name,
             })
-    findings, totals = _scan_in_image(tag, task.instance_id, fingerprint, backend=backend, limits=limits)
+    findings, totals = _scan_in_image(tag, task.instance_id, fingerprint, backend=backend, limits=limits,
+                                      interfaces=task_interfaces(task))
     combined = AuditResult(
         findings=audit.findings + findings, fingerprint=audit.fingerprint, files=audit.files + int(totals["files"]),
         bytes=audit.bytes + int(totals["bytes"]), seconds=audit.seconds + float(totals["seconds"]),

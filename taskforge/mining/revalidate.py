@@ -21,7 +21,7 @@ from typing import Any
 from taskforge.errors import TaskforgeError
 from taskforge.mining.audit.fingerprint import Fingerprint
 from taskforge.mining.audit.scan import AuditResult, audit_task_state, scan_image
-from taskforge.mining.audit.vocabulary import task_interfaces
+from taskforge.mining.audit.vocabulary import Interfaces, task_interfaces
 from taskforge.repo.environment import build_environment
 from taskforge.repo.patches import apply_patch
 from taskforge.repo.sources import Snapshot, fetch
@@ -55,6 +55,7 @@ def audit_tasks(
     environment image once for all of its tasks. instance_id → the audit, or why it could not run."""
     results: dict[str, AuditResult | str] = {}
     by_image: dict[str, dict[str, Fingerprint]] = {}
+    interfaces: dict[str, Interfaces] = {}
     with tempfile.TemporaryDirectory(prefix="taskforge-audit-") as tmp:
         for task in tasks:
             try:
@@ -71,9 +72,10 @@ def audit_tasks(
             )
             results[task.instance_id] = audit
             by_image.setdefault(task.image_name, {})[task.instance_id] = fingerprint
+            interfaces[task.image_name] = task_interfaces(task)  # one environment per image
     for image, fingerprints in by_image.items():
         with backend.start(image, limits=limits or SandboxLimits.load(), labels={"taskforge.role": "audit"}) as box:
-            findings, totals = scan_image(fingerprints, sandbox=box)
+            findings, totals = scan_image(fingerprints, sandbox=box, interfaces=interfaces[image])
         for instance_id, found in findings.items():
             audit = results[instance_id]
             assert isinstance(audit, AuditResult)

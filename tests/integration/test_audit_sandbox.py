@@ -46,6 +46,41 @@ def test_a_clean_image_has_no_findings(stanzakit, backend) -> None:  # type: ign
     assert totals["files"] > 1000  # the venv's site-packages under /opt were read
 
 
+def test_a_dependencys_own_file_is_a_finding_only_where_it_holds_the_removed_code(  # type: ignore[no-untyped-def]
+        stanzakit, backend) -> None:
+    """A file a dependency's wheel installs shares constants with many a removed feature (inflect's
+    plural rules say "pound-force per square inch", and so does babel's locale data): with the
+    environment's interfaces it is a finding only where it holds the removed code itself. Here the
+    removed module quotes three of pluggy's messages (found in pluggy's module and its bytecode
+    without the interfaces, in neither with them), and a function copied from pluggy is found
+    with them too."""
+    import ast
+
+    from taskforge.mining.audit.fingerprint import Fingerprint
+    from taskforge.mining.audit.vocabulary import interface_names
+
+    _, env, _ = stanzakit
+    wheel = next(Path(env.wheelhouse).glob("pluggy-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        source = archive.read("pluggy/_manager.py").decode()
+    tree = ast.parse(source)
+    messages = sorted({n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                       and 24 <= len(n.value) <= 70 and n.value[:1].isalpha() and " " in n.value})
+    quoted = Fingerprint(constants=messages[:3])
+    assert len(quoted.constants) == 3, messages
+    longest = max((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)), key=lambda n: n.end_lineno - n.lineno)
+    copied = build_fingerprint(before={"stanzakit/copied.py": ast.get_source_segment(source, longest)},
+                               after={"stanzakit/copied.py": None}, visible={}, strategy="module")
+    interfaces = interface_names(env.wheelhouse, own=env.package_paths)
+    with backend.start(env.image, limits=SandboxLimits.load()) as box:
+        plain, _ = scan_image({"quoted": quoted}, sandbox=box)
+        aware, _ = scan_image({"quoted": quoted, "copied": copied}, sandbox=box, interfaces=interfaces)
+    assert any("/site-packages/pluggy/" in f["path"] for f in plain["quoted"]), plain
+    assert aware["quoted"] == [], aware["quoted"]
+    assert any(f["path"].endswith("/site-packages/pluggy/_manager.py") and f["match"] == "ngram"
+               for f in aware["copied"]), aware["copied"]
+
+
 def test_copies_left_in_the_sandbox_are_found(stanzakit, backend, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Bytecode of the original and a wheel holding it, dropped in /tmp and in a home folder."""
     root, env, fingerprint = stanzakit

@@ -360,6 +360,14 @@ def test_what_a_dependency_says_is_no_evidence(tmp_path, monkeypatch) -> None:  
     interfaces = interface_names(wheelhouse, own=["pkg"])
     assert "_some_str" in interfaces.identifiers and interfaces.common_literal("<unprintable ")
     assert not interfaces.common_literal("stack frames of the failing glomspec")
+    site = "/opt/venv/lib/python3.11/site-packages"
+    assert interfaces.installs(f"{site}/tbtools/tb.py")
+    assert interfaces.installs(f"{site}/tbtools/__pycache__/tb.cpython-311.pyc")  # compiled at install
+    assert interfaces.installs(f"{site}/tbtools/tb.py!base64@10")  # what the scan read inside it
+    assert not interfaces.installs(f"{site}/pkg/errors.py")  # the project's own wheel
+    assert not interfaces.installs(f"{site}/tbtools/other.py")  # a file no wheel holds
+    assert not interfaces.installs("/tmp/site-packages/tbtools/tb.py")  # not the image's venv
+    assert not interfaces.installs("/workspace/tbtools/tb.py")
 
     hidden = ("import traceback\n\n\ndef _make_stack(spec):\n    original = getattr(traceback, '_some_str', None)\n\n"
               "    def _debug_some_str(value):\n        return f'<unprintable {type(value).__name__} object>'\n\n"

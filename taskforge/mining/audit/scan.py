@@ -94,6 +94,10 @@ def _unscanned(skipped: Sequence[Mapping[str, Any]], *, denied_is_unread: bool) 
             if unread(s["reason"]) and (denied_is_unread or s.get("errno") not in _DENIED)]
 
 
+_THE_CODE = frozenset({"ngram", "body"})
+"""Evidence of the removed code itself, not of what it shares with others."""
+
+
 def _brief(finding: Mapping[str, Any]) -> dict[str, Any]:
     return {key: finding[key] for key in ("path", "kind", "match", "detail") if key in finding}
 
@@ -164,7 +168,7 @@ def audit_task_state(
 
 def scan_image(
     fingerprints: Mapping[str, Fingerprint], *, sandbox: Sandbox, roots: Sequence[str] = IMAGE_ROOTS,
-    timeout_s: float = 600.0,
+    timeout_s: float = 600.0, interfaces: Interfaces | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
     """Scan ``roots`` of a sandbox of the environment image for every fingerprint at once.
 
@@ -174,6 +178,13 @@ def scan_image(
     seconds). A scan that fails or answers nothing raises: an audit that did not run is not clean.
     It fails closed as the start state's scan does: what it left unread, but for what the
     sandbox's user (the agent's) may not read, is an ``unscanned`` finding of every task.
+
+    A file a dependency's wheel installs (``interfaces``: the environment's, with the bytecode
+    compiled from them) is a finding only where it holds the removed code itself (n-grams of it,
+    or a compiled function that uses the names its body used): the rest of what it shares with the
+    task (a constant, a name, a signature, a docstring) it held as published, whatever the task
+    removed. inflect's image audit rejected candidates on babel's locale data (``"pound-force per
+    square inch"``) and on a word list (``"glasses"``, ``"losses"``) that other packages ship.
     """
     if not fingerprints:
         return {}, {"files": 0, "bytes": 0, "seconds": 0.0}
@@ -193,5 +204,10 @@ def scan_image(
         raise TaskforgeError(f"the image audit gave no report: {err}", reason="audit_failed") from err
     # What the scan left unread may hold a copy of any task's code: every task's audit is unclean.
     unscanned = _unscanned(reply.get("skipped", []), denied_is_unread=False)
-    findings = {key: [_brief(f) for f in reply["findings"].get(key, [])] + unscanned for key in fingerprints}
+    def shipped(finding: Mapping[str, Any]) -> bool:
+        return (interfaces is not None and interfaces.installs(str(finding["path"]))
+                and not any(e.get("match") in _THE_CODE for e in finding.get("evidence", ())))
+
+    findings = {key: [_brief(f) for f in reply["findings"].get(key, []) if not shipped(f)] + unscanned
+                for key in fingerprints}
     return findings, {"files": reply["files"], "bytes": reply["bytes"], "seconds": reply["seconds"]}

@@ -204,10 +204,12 @@ def _read_stdlib_vocabulary(root: str) -> Vocabulary:
                        found_in=found_in)
 
 
-_INTERFACES_FORMAT = 3
+_INTERFACES_FORMAT = 4
 
 
 _INTERFACE_FILE_BYTES = 1 << 20
+_SITE_PACKAGES = re.compile(r"/opt/venv/lib/python3\.\d+/site-packages/(.+)")
+"""Where the environment image's venv (``sandboxes/templates/env.Dockerfile``) installs the wheels."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -220,6 +222,8 @@ class Interfaces:
     """Every identifier their Python files use."""
     literals: str = ""
     """Every string literal of theirs up to :data:`_LITERAL_CHARS`, NUL-separated."""
+    files: frozenset[str] = frozenset()
+    """Every file their wheels install, relative to ``site-packages``."""
 
     def common_literal(self, value: str) -> bool:
         """Whether ``value`` is (part of) one of their literals, or one of their identifiers."""
@@ -227,12 +231,26 @@ class Interfaces:
             return True
         return len(value) <= _LITERAL_CHARS and "\0" not in value and value in self.literals
 
+    def installs(self, path: str) -> bool:
+        """Whether ``path`` (in an image of the environment; ``FILE!member`` for what a scan found
+        inside a file) is a file one of their wheels installs into the image's venv, or the
+        bytecode Python compiled from one (``pkg/__pycache__/mod.cpython-311.pyc`` of ``pkg/mod.py``)."""
+        where = _SITE_PACKAGES.fullmatch(path.split("!", 1)[0])
+        if where is None:
+            return False
+        relative = where[1]
+        folder, _, name = relative.rpartition("/")
+        if folder.endswith("__pycache__") and name.endswith(".pyc"):
+            source = f"{folder.removesuffix('__pycache__')}{name.split('.', 1)[0]}.py"
+            return source.lstrip("/") in self.files
+        return relative in self.files
+
 
 def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = ()) -> Interfaces:
-    """What the Python files of the wheels in ``wheelhouse`` (the environment's dependencies, which
-    the image installs) define and say: the signatures (``def name(a, b=...)``) of their functions
-    and methods, the interfaces a project may implement or override; and their identifiers and
-    string literals, which the image holds whatever the task removed (glom's hidden test patches
+    """What the wheels in ``wheelhouse`` (the environment's dependencies, which the image installs)
+    hold, define and say: the files they install; the signatures (``def name(a, b=...)``) of their
+    functions and methods, the interfaces a project may implement or override; and their
+    identifiers and string literals, which the image holds whatever the task removed (glom's hidden test patches
     ``traceback._some_str`` and formats ``'<unprintable ...'``, and boltons, a dependency, defines
     ``_some_str`` and says ``'<unprintable %s object>'``).
 
@@ -257,12 +275,13 @@ def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = 
     try:
         data = json.loads(stored.read_text(encoding="utf-8"))
         return Interfaces(signatures=frozenset(data["signatures"]), identifiers=frozenset(data["identifiers"]),
-                          literals=data["literals"])
+                          literals=data["literals"], files=frozenset(data["files"]))
     except (OSError, ValueError, KeyError, TypeError):
         pass
     signatures: set[str] = set()
     identifiers: set[str] = set()
     literals: set[str] = set()
+    files: set[str] = set()
     for wheel in wheels:
         try:
             with zipfile.ZipFile(os.path.join(folder, wheel)) as archive:
@@ -271,8 +290,10 @@ def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = 
                     continue  # the project's own wheel
                 for info in names:
                     parts = PurePosixPath(info.filename).parts
-                    if (not info.filename.endswith(PYTHON_SUFFIXES) or info.file_size > _INTERFACE_FILE_BYTES
-                            or any(PurePosixPath(part).stem in own_names for part in parts)):
+                    if any(PurePosixPath(part).stem in own_names for part in parts):
+                        continue
+                    files.add(info.filename)
+                    if not info.filename.endswith(PYTHON_SUFFIXES) or info.file_size > _INTERFACE_FILE_BYTES:
                         continue
                     text = archive.read(info).decode("utf-8", "replace")
                     identifiers.update(IDENTIFIER.findall(text))
@@ -284,12 +305,12 @@ def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = 
         except (OSError, zipfile.BadZipFile):
             continue  # an unreadable wheel would not install either
     found = Interfaces(signatures=frozenset(signatures), identifiers=frozenset(identifiers),
-                       literals="\0".join(sorted(literals)))
+                       literals="\0".join(sorted(literals)), files=frozenset(files))
     stored.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".interfaces-", dir=stored.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump({"signatures": sorted(signatures), "identifiers": sorted(identifiers), "literals": found.literals},
-                  handle)
+        json.dump({"signatures": sorted(signatures), "identifiers": sorted(identifiers), "literals": found.literals,
+                   "files": sorted(files)}, handle)
     os.replace(tmp, stored)
     return found
 
