@@ -22,8 +22,8 @@ directories in ``$TASKFORGE_COVERAGE_SOURCE`` with one context per test, and wri
 ``{node id: {file: [lines]}}`` as JSON to that path when pytest ends. With
 ``$TASKFORGE_SELECT`` naming a JSON file of node ids, only those tests run (the rest are
 deselected): argument lists cannot carry tens of thousands of ids. These variables are removed
-from the environment before any test code runs. Without it, every test runs but the checks that
-lint plugins add to each Python file (``_file_check``): tasks test what code does.
+from the environment before any test code runs. Without it, every test runs but the items that
+plugins such as lint checks add to each Python file (``_file_check``): tasks test what code does.
 """
 
 from __future__ import annotations
@@ -132,14 +132,15 @@ def pytest_collection(session: pytest.Session) -> bool | None:
 
 
 def _file_check(item: pytest.Item) -> bool:
-    """Whether ``item`` is a plugin's check of a Python file as a file (pytest-ruff's
-    ``FILE::ruff``, pytest-flake8, pytest-mypy, pytest-black, pytest-isort, pytest-pylint): an
-    item that is neither a test function nor a doctest, collected from a ``.py`` file. It checks
-    how the file is written, not what the code does: an import a removal leaves unused fails it,
-    and it makes a source module look like a test file."""
+    """Whether ``item`` is a plugin's item for a Python file (``.py``, ``.pyi``) that is neither a
+    test function nor a doctest: a check of how the file is written (pytest-ruff's ``FILE::ruff``,
+    pytest-flake8, pytest-mypy, pytest-black, pytest-isort, pytest-pylint), which an import a
+    removal leaves unused fails, or an example some plugins take from its docstrings (sybil,
+    xdoctest), which no task's tests can be (its file is source, the candidate's to write). Counted
+    as a test, either made a source module look like a test file."""
     from _pytest.doctest import DoctestItem
 
-    return not isinstance(item, (pytest.Function, DoctestItem)) and str(item.path).endswith(".py")
+    return not isinstance(item, (pytest.Function, DoctestItem)) and str(item.path).endswith((".py", ".pyi"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -92,7 +92,10 @@ class RewardResult:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RewardResult:
-        values = dict(data)
+        """A result from :meth:`to_json` (or a service's answer); fields this version does not know,
+        a later version's, are left out."""
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
         values["scored_at"] = datetime.fromisoformat(values["scored_at"])
         return cls(**values)
 

@@ -36,6 +36,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import random
 import shutil
 import tempfile
 import threading
@@ -75,7 +76,13 @@ from taskforge.scoring.tamper import (
     lint_text,
     new_findings,
 )
-from taskforge.scoring.verdict import Part, judge_run, plan_runs, task_canaries
+from taskforge.scoring.verdict import (
+    Part,
+    judge_run,
+    one_twin_per_test,
+    plan_runs,
+    task_canaries,
+)
 from taskforge.task import Task
 
 __all__ = [
@@ -646,24 +653,29 @@ class Scorer:
         return replace(task, validation=json.dumps(validation, sort_keys=True))
 
     def confirm(self, task: Task, *, timeout_s: float | None = None) -> tuple[Task, RewardResult]:
-        """Gold scored as ``taskforge score`` will score it (mining's gate), with ``task`` holding
-        the canaries scoring can keep. Calibration ran each twin beside its test under another
-        name; scoring puts it in the test's place, under the test's name, among the tests of its
-        file as they run. A twin gold passes there (it failed beside only on the state another twin
-        left behind, or on data named after its test) would score every correct solution
-        ``tampered``: when canaries alone made a gold scoring tampered, those twins are dropped
-        (counted in ``validation["canaries_dropped"]``) and gold is scored again with a new plan,
-        at most :data:`GATE_REPAIRS` times."""
+        """Gold scored as ``taskforge score`` will score it (mining's gate), and ``task`` with one
+        twin per test, one this scoring showed gold fails in its test's place. Calibration ran each
+        twin beside its test under another name; scoring puts it in the test's place, under its
+        name, among its file's tests. A twin gold passes there (it failed beside only on state
+        another twin left, or on data named after its test) would score correct solutions
+        ``tampered``. So each test keeps one twin of its lowest rank (``one_twin_per_test``,
+        seeded by the task), all placed by this scoring; those that canaries alone made tampered
+        are dropped (``validation["canaries_dropped"]``) and gold scored again with the next
+        choice, at most :data:`GATE_REPAIRS` times."""
+        validation = json.loads(task.validation or "{}")
+        twins = task_canaries(task)
+        rng = random.Random(task.instance_id)
         for repair in range(GATE_REPAIRS + 1):
-            gold = self.score(task, task.patch, timeout_s=timeout_s)
+            chosen = one_twin_per_test(twins, rng)
+            validation["canaries"] = [twins[i].to_json() for i in chosen]
+            trial = replace(task, validation=json.dumps(validation, sort_keys=True))
+            gold = self.score(trial, task.patch, timeout_s=timeout_s)
             by_canaries = all(t.startswith(_CANARY_TAMPER) for t in gold.tampering)
             if gold.status != "tampered" or not gold.canaries_passed or not by_canaries or repair == GATE_REPAIRS:
-                return task, gold
-            validation = json.loads(task.validation or "{}")
-            validation["canaries"] = [twin for index, twin in enumerate(validation["canaries"])
-                                      if index not in gold.canaries_passed]
-            validation["canaries_dropped"] = validation.get("canaries_dropped", 0) + len(gold.canaries_passed)
-            task = replace(task, validation=json.dumps(validation, sort_keys=True))
+                return trial, gold
+            passed = {chosen[i] for i in gold.canaries_passed}
+            twins = [twin for index, twin in enumerate(twins) if index not in passed]
+            validation["canaries_dropped"] = validation.get("canaries_dropped", 0) + len(passed)
         raise AssertionError("unreachable")
 
 

@@ -14,7 +14,7 @@ from taskforge.repo.canaries import TWIN_RANK, Twin, place_twins
 from taskforge.repo.suite import RunResult
 from taskforge.task import Task
 
-__all__ = ["Part", "RunVerdict", "judge_run", "plan_runs", "task_canaries"]
+__all__ = ["Part", "RunVerdict", "judge_run", "one_twin_per_test", "plan_runs", "task_canaries"]
 
 _NOT_FAILURES = frozenset({"passed", "skipped", "xfailed", "xpassed"})
 """Outcomes after which pytest still exits 0 (a strict xfail that passes is reported failed)."""
@@ -84,6 +84,18 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
             Part(changes=with_twins(halves[0]), select=sorted([*shared, *dealt[1]]), canaries=ids(halves[0]),
                  twins=tuple(halves[0]))]
 
+
+def one_twin_per_test(twins: list[Twin], rng: random.Random) -> list[int]:
+    """For each test, the index of one of its twins of the lowest rank (``TWIN_RANK``), the one
+    :func:`plan_runs` would place, chosen with ``rng`` among equals; in the order of ``twins``."""
+    groups: dict[str, list[tuple[int, int]]] = {}
+    for index, twin in enumerate(twins):
+        groups.setdefault(twin.test, []).append((TWIN_RANK.get(twin.kind, len(TWIN_RANK)), index))
+    chosen = []
+    for group in groups.values():
+        lowest = min(rank for rank, _ in group)
+        chosen.append(rng.choice([index for rank, index in group if rank == lowest]))
+    return sorted(chosen)
 
 def _test_file(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]

@@ -3,9 +3,10 @@
     python3 -m tests.benchmarks.canaries_heldout [--tasks datasets/heldout] [--per-repo 2] [--repos a,b] [--json OUT]
 
 For up to ``--per-repo`` tasks of each repository (in the order mining wrote them): the scorer
-calibrates the task's canaries (``Scorer.calibrate``, as mining's gate does for every new task),
-then scores its gold patch twice and its empty patch once, each through the two-run plan with
-twins in place. Printed per task: twins kept by kind, how many FAIL_TO_PASS tests a twin covers,
+calibrates the task's canaries and confirms them with a gold scoring (``Scorer.calibrate`` and
+``Scorer.confirm``, as mining's gate does for every new task: one twin per test, dropped where
+gold passes it in place), then scores its gold patch twice and its empty patch once, each through
+the two-run plan with twins in place. Printed per task: twins kept by kind, how many FAIL_TO_PASS tests a twin covers,
 the gold and empty rewards and statuses. A correct solution must never trip a canary: any gold
 scoring below 1.0, or any ``tampered``, is listed with its detail.
 """
@@ -44,7 +45,7 @@ def main() -> None:
     rows = []
     began = time.monotonic()
     with Scorer(backend=backend, limits=SandboxLimits.load(), timeout_s=600, concurrency=2) as scorer:
-        calibrated = [scorer.calibrate(task) for task in tasks]
+        calibrated = [scorer.confirm(scorer.calibrate(task))[0] for task in tasks]
         work = [(t, t.patch, f"gold-{n}") for t in calibrated for n in range(2)] + [(t, "", "empty") for t in calibrated]
         results = scorer.score_many(work)
     by_task: dict[str, list] = {}

@@ -71,23 +71,28 @@ def test_a_canary_that_passes_is_tampering(tasks, scorer) -> None:  # type: igno
 
 
 def test_confirm_drops_a_twin_gold_passes_in_place_and_scores_again(tasks, scorer) -> None:  # type: ignore[no-untyped-def]
-    """Mining's gate scores gold through ``Scorer.confirm``. Here one test's value twin is its test
-    as written (so gold passes it in the test's place, as it would a twin that failed beside its
-    test in calibration only on another twin's state): the first scoring is ``tampered`` by that
-    twin alone; ``confirm`` drops it, scores again, and gives 1.0 with every other twin kept."""
-    task = next(t for t in tasks if len({tw.test for tw in task_canaries(t)}) >= 2)
+    """Mining's gate scores gold through ``Scorer.confirm``. Here one test's only value twin is its
+    test as written (gold passes it in the test's place, as it would a twin that failed beside its
+    test in calibration only on another twin's state): scoring is ``tampered`` by that twin alone;
+    ``confirm`` drops it, scores again, and gives 1.0, keeping one twin per test, each one that
+    scoring placed (a sibling no scoring placed could be such a twin too)."""
+    task = next(t for t in tasks if len({tw.test for tw in task_canaries(t)}) >= 2
+                and any(tw.kind != "value" for tw in task_canaries(t) if tw.test == task_canaries(t)[0].test))
     twins = task_canaries(task)
     test = twins[0].test
     honest = replace(twins[0], kind="value", source=_original_function(task, twins[0]))
     others = [t for t in twins if t.test != test or t.kind != "value"]
-    planted = [*others, honest]
-    validation = {**json.loads(task.validation), "canaries": [t.to_json() for t in planted]}
-    first = scorer.score(replace(task, validation=json.dumps(validation)), task.patch)
+    planted = json.dumps({**json.loads(task.validation), "canaries": [t.to_json() for t in [*others, honest]]})
+    first = scorer.score(replace(task, validation=planted), task.patch)
     assert (first.status, first.canaries_passed) == ("tampered", [len(others)]), (first.detail, first.canaries_passed)
-    confirmed, gold = scorer.confirm(replace(task, validation=json.dumps(validation)))
+    confirmed, gold = scorer.confirm(replace(task, validation=planted))
     assert (gold.status, gold.reward, gold.tampering) == ("ok", 1.0, []), gold.detail
-    assert task_canaries(confirmed) == others
+    kept = task_canaries(confirmed)
+    assert honest not in kept and set(kept) <= set(others)
+    assert sorted(t.test for t in kept) == sorted({t.test for t in twins})  # one per test, every test still covered
     assert json.loads(confirmed.validation)["canaries_dropped"] == 1
+    again = scorer.score(confirmed, task.patch)  # what `taskforge score` gives the task as written
+    assert (again.status, again.reward) == ("ok", 1.0), again.detail
 
 
 def _original_function(task: Task, twin: Twin) -> str:

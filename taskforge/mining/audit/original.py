@@ -36,12 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from taskforge.guest.scanner import (
-    UnitEvidence,
-    iter_tokens,
-    ngram_hashes,
-    unit_evidence,
-)
+from taskforge.guest.scanner import UnitEvidence, iter_tokens, ngram_hashes, unit_evidence
 
 __all__ = ["CODE_SUFFIXES", "COPY_SHARE", "COPY_TOKENS", "DOC_FOLDERS", "DUPLICATE_SHARE", "MIN_SHARED_RUN",
            "Comparison", "Removed", "compare", "is_code"]

@@ -1,8 +1,8 @@
 """What is common knowledge, and so no evidence of a leak: the Python standard library's names,
 signatures and literals (``stdlib_vocabulary``, cached per interpreter), and what the
-environment's dependencies define and say (:func:`interface_names`: full signatures, so a hook or an
-override that matches its declaration is no copy; identifiers and literals, which any image of the
-environment holds)."""
+environment's dependencies define and install (:func:`interface_names`: full signatures, so a hook or
+an override that matches its declaration is no copy; the files they install, which hold what they
+hold whatever a task removed)."""
 
 from __future__ import annotations
 
@@ -214,22 +214,12 @@ _SITE_PACKAGES = re.compile(r"/opt/venv/lib/python3\.\d+/site-packages/(.+)")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Interfaces:
-    """What the environment's dependencies define and say (:func:`interface_names`)."""
+    """What the environment's dependencies define and install (:func:`interface_names`)."""
 
     signatures: frozenset[str] = frozenset()
     """Every function's and method's signature, as the fingerprint writes them."""
-    identifiers: frozenset[str] = frozenset()
-    """Every identifier their Python files use."""
-    literals: str = ""
-    """Every string literal of theirs up to :data:`_LITERAL_CHARS`, NUL-separated."""
     files: frozenset[str] = frozenset()
     """Every file their wheels install, relative to ``site-packages``."""
-
-    def common_literal(self, value: str) -> bool:
-        """Whether ``value`` is (part of) one of their literals, or one of their identifiers."""
-        if value in self.identifiers:
-            return True
-        return len(value) <= _LITERAL_CHARS and "\0" not in value and value in self.literals
 
     def installs(self, path: str) -> bool:
         """Whether ``path`` (in an image of the environment; ``FILE!member`` for what a scan found
@@ -248,11 +238,9 @@ class Interfaces:
 
 def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = ()) -> Interfaces:
     """What the wheels in ``wheelhouse`` (the environment's dependencies, which the image installs)
-    hold, define and say: the files they install; the signatures (``def name(a, b=...)``) of their
-    functions and methods, the interfaces a project may implement or override; and their
-    identifiers and string literals, which the image holds whatever the task removed (glom's hidden test patches
-    ``traceback._some_str`` and formats ``'<unprintable ...'``, and boltons, a dependency, defines
-    ``_some_str`` and says ``'<unprintable %s object>'``).
+    define and install: the signatures (``def name(a, b=...)``) of the functions and methods of
+    their Python files, the interfaces a project may implement or override; and the files they
+    install, which hold what they hold whatever a task removed (:func:`Interfaces.installs`).
 
     The project's own wheel, and every file that lies under a folder or module named like one of
     ``own`` (the project's top-level packages and modules), are left out: a dependency that vendors
@@ -274,13 +262,10 @@ def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = 
     stored = cache_root() / "audit" / f"interfaces-{key}.json"
     try:
         data = json.loads(stored.read_text(encoding="utf-8"))
-        return Interfaces(signatures=frozenset(data["signatures"]), identifiers=frozenset(data["identifiers"]),
-                          literals=data["literals"], files=frozenset(data["files"]))
+        return Interfaces(signatures=frozenset(data["signatures"]), files=frozenset(data["files"]))
     except (OSError, ValueError, KeyError, TypeError):
         pass
     signatures: set[str] = set()
-    identifiers: set[str] = set()
-    literals: set[str] = set()
     files: set[str] = set()
     for wheel in wheels:
         try:
@@ -296,21 +281,17 @@ def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = 
                     if not info.filename.endswith(PYTHON_SUFFIXES) or info.file_size > _INTERFACE_FILE_BYTES:
                         continue
                     text = archive.read(info).decode("utf-8", "replace")
-                    identifiers.update(IDENTIFIER.findall(text))
-                    literals.update(single or double for single, double in _LITERAL.findall(text))
                     tree = parse(text)
                     if tree is not None:
                         signatures.update(format_signature(node) for node in ast.walk(tree)
                                           if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
         except (OSError, zipfile.BadZipFile):
             continue  # an unreadable wheel would not install either
-    found = Interfaces(signatures=frozenset(signatures), identifiers=frozenset(identifiers),
-                       literals="\0".join(sorted(literals)), files=frozenset(files))
+    found = Interfaces(signatures=frozenset(signatures), files=frozenset(files))
     stored.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".interfaces-", dir=stored.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump({"signatures": sorted(signatures), "identifiers": sorted(identifiers), "literals": found.literals,
-                   "files": sorted(files)}, handle)
+        json.dump({"signatures": sorted(signatures), "files": sorted(files)}, handle)
     os.replace(tmp, stored)
     return found
 
