@@ -119,6 +119,8 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
                     "sys.setprofile": "a profile function set"}[event]
             _early.append(f"{what} from {where}")
     elif event == "object.__setattr__" and len(args) > 1 and args[1] in ("__code__", "__class__"):
+        if args[1] == "__class__" and not _verdicts_object(args[0]):
+            return  # a project's own idiom: zipp's ``CompleteDirs.make`` makes a ZipFile one of its own
         where = _from_candidate()
         if where is not None:
             swapped = "code" if args[1] == "__code__" else "class"
@@ -126,6 +128,42 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             _early.append(f"the {swapped} of {owner} swapped from {where}")
 
 
+_HARNESS_ROOTS = frozenset({"_pytest", "pytest", "pluggy", "unittest", "xml", "py"})
+_VERDICT_CLASSES: dict[int, type] = {}  # held by reference, so an id stays theirs
+_EARLY_MODULES: dict[int, types.ModuleType] = {}
+
+
+def _hold_early(plugins: Iterator[str] = iter(())) -> None:
+    """Hold, by identity, every module loaded so far and every class of pytest, pluggy, unittest,
+    the XML writer, taskforge's plugins and the image's (``plugins``: their module names): what
+    the verdict rests on, before any project code could rename a class or a module."""
+    names = set(plugins)
+    for name, module in list(sys.modules.items()):
+        if not isinstance(module, types.ModuleType):
+            continue
+        _EARLY_MODULES[id(module)] = module
+        if name.split(".", 1)[0] in _HARNESS_ROOTS or name.startswith("taskforge_") or name in names:
+            for value in list(vars(module).values()):
+                # Defined there (``_Plugin = object`` is pluggy's name for object): read before
+                # any project code, so ``__module__`` is still the truth.
+                if isinstance(value, type) and value.__module__ == name:
+                    _VERDICT_CLASSES[id(value)] = value
+
+
+def _verdicts_object(obj: Any) -> bool:
+    """Whether swapping ``obj``'s class could change what the run reports: an object of a class
+    of pytest's, pluggy's, unittest's, the XML writer's or a plugin's (an item, a report, a hook
+    caller, the session, a test case), or a module loaded before any project code (its class
+    sees every lookup on it), each known by identity (a class's ``__module__``, a module's
+    ``__file__`` are the candidate's to rewrite). Any other object's class is the project's
+    business: a subclass it makes its own objects (zipp's ``res.__class__ = cls``) is no
+    tampering, and an object that lies about itself is what the canaries catch."""
+    if isinstance(obj, types.ModuleType):
+        return id(obj) in _EARLY_MODULES
+    return any(id(kind) in _VERDICT_CLASSES for kind in type(obj).__mro__)
+
+
+_hold_early()
 sys.addaudithook(_audit)
 _HOOKS_AT_START = {id(entry): entry for entry in [*sys.meta_path, *sys.path_hooks]}  # kept: ids stay theirs
 # taskforge's report plugin is loaded first (``-p`` order); its writer to the outcome stream.
@@ -882,6 +920,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     for caller in list(vars(early_config.pluginmanager.hook).values()):
         for impl in getattr(caller, "get_hookimpls", list)():
             _TRUSTED_IMPLS[id(impl)] = impl  # pytest's own, and the image's plugins'
+    _hold_early(getattr(plugin, "__name__", "") for plugin in early_config.pluginmanager.get_plugins()
+                if isinstance(plugin, types.ModuleType))
 
 
 

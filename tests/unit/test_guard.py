@@ -484,6 +484,66 @@ def test_an_audit_hook_from_the_candidates_code(tmp_path: Path) -> None:
     assert any(f.startswith("an audit hook added from") for f in _run(tmp_path, hook))
 
 
+def test_a_project_that_makes_its_own_objects_of_a_subclass_is_no_tampering(tmp_path: Path) -> None:
+    """zipp's ``CompleteDirs.make`` turns a ``zipfile.ZipFile`` into one of its subclasses with
+    ``res.__class__ = cls``, and a package may give its own module a class; the gate scored zipp's
+    gold patches ``tampered`` for it. Only the class of an object the verdict rests on counts."""
+    own = FEATURE + textwrap.dedent("""\
+        import io, sys, types, zipfile
+
+        class Complete(zipfile.ZipFile):
+            pass
+
+        archive = zipfile.ZipFile(io.BytesIO(), "w")
+        archive.__class__ = Complete
+
+        class Lazy(types.ModuleType):
+            pass
+
+        sys.modules[__name__].__class__ = Lazy
+    """)
+    assert _run(tmp_path, own) == []
+
+
+@pytest.mark.parametrize("target", ["a module of pytest's", "an object of a hidden test's class",
+                                    "a hook caller whose class claims another module",
+                                    "a module that claims the candidate's file"])
+def test_the_class_of_an_object_the_verdict_rests_on_swapped(tmp_path: Path, target: str) -> None:
+    """Objects the verdict rests on are known by identity, held before any project code: a class's
+    ``__module__`` and a module's ``__file__`` are the candidate's to rewrite for the moment of the
+    swap (an independent red team's two ways past a rule that read them)."""
+    swap = {
+        "a hook caller whose class claims another module": textwrap.dedent("""\
+            import gc, _pytest.config
+            from pluggy import HookCaller
+            config = next(o for o in gc.get_objects() if isinstance(o, _pytest.config.Config))
+            class Relay(HookCaller):
+                __slots__ = ()
+            HookCaller.__module__ = "zipp"
+            config.pluginmanager.hook.pytest_runtest_logreport.__class__ = Relay
+            HookCaller.__module__ = "pluggy._hooks"
+        """),
+        "a module that claims the candidate's file": textwrap.dedent("""\
+            import types, pytest
+            real = pytest.__file__
+            pytest.__file__ = __file__
+            pytest.__class__ = type("Shim", (types.ModuleType,), {})
+            pytest.__file__ = real
+        """),
+        "a module of pytest's": "import types, _pytest.runner as runner\n"
+                                "runner.__class__ = type('Runner', (types.ModuleType,), {})\n",
+        "an object of a hidden test's class": "import sys\n"
+                                              "_double = double\n"
+                                              "def double(x):\n"
+                                              "    test = sys._getframe(1).f_locals.get('self')\n"
+                                              "    if type(test).__module__ == 'test_feature':\n"
+                                              "        test.__class__ = type('Other', (type(test),), {})\n"
+                                              "    return _double(x)\n",
+    }[target]
+    findings = _run(tmp_path, FEATURE + swap)
+    assert any(" swapped from " in f for f in findings), findings
+
+
 def test_an_audit_hook_added_later_by_code_the_candidate_made(tmp_path: Path) -> None:
     # No frame of the candidate's file is on a thread's stack: the code that adds the hook is
     # what gives it away (compiled from a string, by no file of the image or the project).
