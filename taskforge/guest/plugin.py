@@ -131,6 +131,23 @@ def pytest_collection(session: pytest.Session) -> bool | None:
     return True  # nothing is collected
 
 
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    # pytest rewrites the asserts of every module named on the command line, as it does a test
+    # module's; a source module named for its doctests alone would then raise pytest's longer
+    # AssertionError where its doctests expect its own (zipp's ``Translator``: "AssertionError:
+    # Invalid separators"), which a whole run, naming no file, never does. Test modules are still
+    # rewritten by ``python_files``, conftest files always.
+    if isinstance(collector, pytest.Session) and collector.config.stash.get(_doctest_only_key, frozenset()):
+        try:
+            from _pytest.assertion import assertstate_key
+
+            state = collector.config.stash.get(assertstate_key, None)
+        except ImportError:  # pytest before 7.0 kept it on the config
+            state = getattr(collector.config, "_assertstate", None)
+        hook = getattr(state, "hook", None)
+        if hook is not None and getattr(hook, "session", None) is collector:
+            hook.session = None
+
 def _file_check(item: pytest.Item) -> bool:
     """Whether ``item`` is a plugin's item for a Python file (``.py``, ``.pyi``) that is neither a
     test function nor a doctest: a check of how the file is written (pytest-ruff's ``FILE::ruff``,

@@ -114,6 +114,9 @@ def test_tests_are_where_pytest_finds_them_and_doctests_are_never_fail_to_pass(h
     # Doctests of the modules the gold patch restores are PASS_TO_PASS; ids hold ".py" and spaces.
     body = next(t for t in tasks if t.target == "hazard.words:title_words" and t.strategy == "body")
     assert "hazard/words.py::hazard.words.count_vowels" in body.PASS_TO_PASS
+    # pad's doctest expects its source assert's own message; the scoring runs above (gold 1.0 on
+    # every task) run it from a selection that names words.py, which pytest would assert-rewrite.
+    assert "hazard/words.py::hazard.words.pad" in body.PASS_TO_PASS
     assert "hazard/words.py" in body.patch
     assert any("[a b.py]" in t for t in body.PASS_TO_PASS)
 
