@@ -128,8 +128,8 @@ class TaskScorer(Protocol):
         ...
 
     def confirm(self, task: Task, *, timeout_s: float | None = None) -> tuple[Task, Verdict]:
-        """The gold patch's verdict as scoring gives it, and ``task`` without the canaries that
-        verdict showed gold passes in their test's place."""
+        """The gold patch's verdict as scoring gives it, and ``task`` with the canaries that verdict
+        placed and gold failed (one per test)."""
         ...
 
 

@@ -148,6 +148,7 @@ def pytest_collectstart(collector: pytest.Collector) -> None:
         if hook is not None and getattr(hook, "session", None) is collector:
             hook.session = None
 
+
 def _file_check(item: pytest.Item) -> bool:
     """Whether ``item`` is a plugin's item for a Python file (``.py``, ``.pyi``) that is neither a
     test function nor a doctest: a check of how the file is written (pytest-ruff's ``FILE::ruff``,

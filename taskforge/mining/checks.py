@@ -104,7 +104,7 @@ class Context:
     layout: TestLayout
     """Which files are tests: the project's pytest configuration, asked of pytest."""
     interfaces: Interfaces
-    """What the environment's dependencies define and say (taskforge.mining.audit.vocabulary.interface_names)."""
+    """What the environment's dependencies define and install (taskforge.mining.audit.vocabulary.interface_names)."""
     scorer: TaskScorer
     """The verdict every task must get before it is written: gold 1.0, the empty patch 0.0."""
 

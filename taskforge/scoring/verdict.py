@@ -54,10 +54,8 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
     if not twins:
         return [Part(changes=changes, select=selected, canaries=frozenset())]
     rng = random.SystemRandom()
-    chosen: dict[str, Twin] = {}
     # The twin that reads most like a test (``TWIN_RANK``), at random among equals.
-    for twin in sorted(rng.sample(twins, len(twins)), key=lambda t: TWIN_RANK.get(t.kind, len(TWIN_RANK))):
-        chosen.setdefault(twin.test, twin)
+    chosen = {twins[i].test: twins[i] for i in one_twin_per_test(twins, rng)}
     order = list(chosen)
     rng.shuffle(order)
     halves = ([chosen[k] for k in order[0::2]], [chosen[k] for k in order[1::2]])
@@ -87,7 +85,7 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
 
 def one_twin_per_test(twins: list[Twin], rng: random.Random) -> list[int]:
     """For each test, the index of one of its twins of the lowest rank (``TWIN_RANK``), the one
-    :func:`plan_runs` would place, chosen with ``rng`` among equals; in the order of ``twins``."""
+    :func:`plan_runs` places, chosen with ``rng`` among equals; in the order of ``twins``."""
     groups: dict[str, list[tuple[int, int]]] = {}
     for index, twin in enumerate(twins):
         groups.setdefault(twin.test, []).append((TWIN_RANK.get(twin.kind, len(TWIN_RANK)), index))

@@ -117,7 +117,7 @@ def audit_start_state(
     ``before``/``after``: the changed files' original and start-state texts; ``visible``: every
     text file of the start state, compared with the original (what the fingerprint must not
     contain, and the copies it keeps, each a finding with match ``copy``); ``interfaces``: what
-    the environment's dependencies define and say (``taskforge.mining.audit.vocabulary.interface_names``).
+    the environment's dependencies define (``taskforge.mining.audit.vocabulary.interface_names``).
     """
     started = time.monotonic()
     fingerprint = build_fingerprint(before=before, after=after, visible=visible, strategy=strategy, test_ids=test_ids,

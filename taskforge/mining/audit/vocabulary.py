@@ -25,7 +25,7 @@ from taskforge.guest.scanner import (
     normalize_docstring,
 )
 
-__all__ = ["IDENTIFIER", "PYTHON_SUFFIXES", "Vocabulary", "collapsed", "Interfaces", "format_signature", "interface_names", "interior_words", "parse", "runs", "stdlib_vocabulary", "task_interfaces"]
+__all__ = ["IDENTIFIER", "PYTHON_SUFFIXES", "Interfaces", "Vocabulary", "collapsed", "format_signature", "interface_names", "interior_words", "parse", "runs", "stdlib_vocabulary", "task_interfaces"]
 
 
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -167,7 +167,6 @@ _VOCABULARY_FORMAT = 2
 
 _LITERAL_CHARS = 80
 """The longest standard library literal kept in the vocabulary."""
-_LITERAL = re.compile(rf"""'([^'\\\n]{{1,{_LITERAL_CHARS}}})'|"([^"\\\n]{{1,{_LITERAL_CHARS}}})\"""")
 
 
 _FOUND_IN_MAX = 64
@@ -179,6 +178,7 @@ def _read_stdlib_vocabulary(root: str) -> Vocabulary:
     frequency: dict[str, int] = {}
     found_in: dict[str, list[int]] = {}
     literals: set[str] = set()
+    literal = re.compile(rf"""'([^'\\\n]{{1,{_LITERAL_CHARS}}})'|"([^"\\\n]{{1,{_LITERAL_CHARS}}})\"""")
     modules = 0
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = [s for s in subfolders if s not in skip]
@@ -191,7 +191,7 @@ def _read_stdlib_vocabulary(root: str) -> Vocabulary:
                     text = handle.read()
             except OSError:
                 continue
-            for single, double in _LITERAL.findall(text):
+            for single, double in literal.findall(text):
                 literals.add(single or double)
             if in_tests:
                 continue  # word rarity is judged on library code only
@@ -242,10 +242,10 @@ def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = 
     their Python files, the interfaces a project may implement or override; and the files they
     install, which hold what they hold whatever a task removed (:func:`Interfaces.installs`).
 
-    The project's own wheel, and every file that lies under a folder or module named like one of
-    ``own`` (the project's top-level packages and modules), are left out: a dependency that vendors
-    the project (``setuptools/_vendor/more_itertools``) holds copies, not interfaces, and a copy in
-    the image must stay evidence. Read once per set of wheels and kept in the cache folder; an
+    Every file that lies under a folder or module named like one of ``own`` (the project's
+    top-level packages and modules) is left out: a dependency that vendors the project
+    (``setuptools/_vendor/more_itertools``) holds copies, not interfaces, and a copy in the image
+    must stay evidence (the project's own wheel is not installed: ``taskforge.repo.environment``). Read once per set of wheels and kept in the cache folder; an
     absent wheelhouse (a task audited on another machine) gives none, which only makes the audit
     stricter."""
     import zipfile
@@ -270,10 +270,7 @@ def interface_names(wheelhouse: str | os.PathLike[str], *, own: Sequence[str] = 
     for wheel in wheels:
         try:
             with zipfile.ZipFile(os.path.join(folder, wheel)) as archive:
-                names = archive.infolist()
-                if any(PurePosixPath(PurePosixPath(i.filename).parts[0]).stem in own_names for i in names):
-                    continue  # the project's own wheel
-                for info in names:
+                for info in archive.infolist():
                     parts = PurePosixPath(info.filename).parts
                     if any(PurePosixPath(part).stem in own_names for part in parts):
                         continue
