@@ -29,10 +29,12 @@ diff that restores them) with git.
   comments and blank lines above them) go.
 
 A text file of doctests (``--doctest-glob``: ``docs/usage.rst::usage.rst``) is one test, which
-is hidden by deleting the file; ``test_patch`` brings it back whole.
+is hidden by deleting the file; ``test_patch`` brings it back whole. A doctest of a test file
+(``tests/test_x.py::tests.test_x.Helper.make``, ``--doctest-modules`` collects those too) is
+hidden by deleting the docstring that holds it, or with its file when a broken file goes whole.
 
 Node ids that cannot be hidden raise ``TaskforgeError(reason="unhideable_test")``: doctests of a
-Python module (``pkg/mod.py::pkg.mod.func``), other non-Python items, ids that name nothing
+source module (``pkg/mod.py::pkg.mod.func``, the candidate's to write), other non-Python items, ids that name nothing
 defined in the repository (generated tests, module-level tests imported from another file, tests
 inherited from a base outside the repository such as an installed package), tests whose deletion
 would let another definition of the name take its place (a class that overrides a base's test),
@@ -56,6 +58,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
+from typing import TypeVar
 
 import libcst as cst
 
@@ -63,10 +66,13 @@ from taskforge.errors import TaskforgeError
 from taskforge.mining.removal.cst import StatementRemover
 from taskforge.repo.symbols import dotted_name, parse_source, read_source, render_module
 from taskforge.repo.testfiles import DEFAULT_LAYOUT, TestLayout
+from taskforge.task import is_doctest_id
 
 __all__ = ["ClassIndex", "doctest_text_file", "hide_tests"]
 
 UNHIDEABLE = "unhideable_test"
+
+_Documented = TypeVar("_Documented", cst.Module, cst.FunctionDef, cst.ClassDef)
 
 # Bases that bring no tests of their own.
 _TESTLESS_BASES = frozenset({"object", "TestCase", "IsolatedAsyncioTestCase"})
@@ -90,12 +96,16 @@ def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None =
     wholes = {path for path in broken if (repo / path).is_file()
               and PurePosixPath(path).name not in ("conftest.py", "__init__.py") and not _imported_elsewhere(repo, path)}
     located: list[tuple[str, str, tuple[str, ...]]] = []  # (the id's file, where its definition is, qualname)
+    doctest_ids: list[str] = []  # doctests of Python files
     for nodeid in nodeids:
         text_file = doctest_text_file(nodeid)
         if text_file is not None:
             if not (repo / text_file).is_file():
                 raise TaskforgeError(f"{nodeid}: no file {text_file} in the repository", reason=UNHIDEABLE)
             whole_files.add(text_file)
+            continue
+        if is_doctest_id(nodeid):
+            doctest_ids.append(nodeid)
             continue
         path, parts = _parse_nodeid(nodeid)
         if not (repo / path).is_file():
@@ -106,6 +116,11 @@ def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None =
     inherited = {where for path, where, _ in located if where != path}
     wholes -= inherited
     whole_files |= wholes
+    docstrings: dict[str, set[tuple[str, ...]]] = {}  # file -> owners of the doctests to delete there
+    for nodeid in doctest_ids:
+        path = PurePosixPath(nodeid.partition("::")[0]).as_posix()
+        if path not in wholes:
+            docstrings.setdefault(path, set()).add(index.doctest_owner(nodeid, path))
     for path, where, qualname in located:
         if path in wholes:
             continue
@@ -113,9 +128,10 @@ def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None =
         if where != path:
             inherited_from.add(where)
     changes: dict[str, str | None] = {}
-    for path in sorted(definitions):
+    for path in sorted(definitions.keys() | docstrings.keys()):
         module = index.module(path)
-        new_tree = module.tree.visit(_Hider(definitions[path], keep=partial(index.is_named, path)))
+        hider = _Hider(definitions.get(path, set()), keep=partial(index.is_named, path), docstrings=docstrings.get(path, set()))
+        new_tree = module.tree.visit(hider)
         name = PurePosixPath(path).name
         kept = name in ("conftest.py", "__init__.py") or path in inherited_from
         if not kept and not _has_tests(new_tree) and not _imported_elsewhere(repo, path):
@@ -162,10 +178,12 @@ class _Hider(StatementRemover):
     """Deletes the definitions ``targets`` names (qualnames in the file), and the classes left
     without tests that ``keep`` does not claim."""
 
-    def __init__(self, targets: set[tuple[str, ...]], *, keep: Callable[[str], bool]) -> None:
+    def __init__(self, targets: set[tuple[str, ...]], *, keep: Callable[[str], bool],
+                 docstrings: set[tuple[str, ...]] = frozenset()) -> None:
         super().__init__()
         self.targets = targets
         self.keep = keep
+        self.docstrings = docstrings  # qualnames whose docstring goes (``()``: the module's)
         self.stack: list[str] = []
         self.touched: list[bool] = []  # per open class: lost something
         self.classes: dict[str, cst.ClassDef] = {}  # updated module-level classes, by name
@@ -186,7 +204,11 @@ class _Hider(StatementRemover):
         self.stack.pop()
         if path in self.targets:
             return self._removed(original_node)
-        return updated_node
+        return _without_docstring(updated_node) if path in self.docstrings else updated_node
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        updated_node = super().leave_Module(original_node, updated_node)
+        return _without_docstring(updated_node) if () in self.docstrings else updated_node
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         self.stack.append(node.name.value)
@@ -203,9 +225,35 @@ class _Hider(StatementRemover):
             return self._removed(original_node)
         if touched and not _class_has_tests(updated_node, self.classes) and not self.keep(path[-1]):
             return self._removed(original_node)
+        if path in self.docstrings:
+            updated_node = _without_docstring(updated_node)
         if not self.stack:
             self.classes[path[-1]] = updated_node
         return updated_node
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+
+
+def _without_docstring(node: _Documented) -> _Documented:
+    """``node`` without its docstring (a block left empty gets ``pass``; the blank lines after the
+    docstring go with it)."""
+    block = node if isinstance(node, cst.Module) else node.body
+    if not isinstance(block, (cst.Module, cst.IndentedBlock)) or not block.body or not _is_docstring(block.body[0]):
+        return node
+    rest = list(block.body[1:])
+    if rest:
+        lines = list(rest[0].leading_lines)
+        while lines and lines[0].comment is None:
+            lines.pop(0)
+        rest[0] = rest[0].with_changes(leading_lines=lines)
+    elif not isinstance(block, cst.Module):
+        rest = [cst.SimpleStatementLine(body=[cst.Pass()])]
+    block = block.with_changes(body=rest)
+    return block if isinstance(node, cst.Module) else node.with_changes(body=block)
 
 
 def _is_test_function(node: cst.CSTNode) -> bool:
@@ -370,6 +418,23 @@ class ClassIndex:
             raise _unhideable(f"{nodeid}: inherited from {definer}, which is not test code")
         return definer.path, (*definer.qualname, name)
 
+    def doctest_owner(self, nodeid: str, path: str) -> tuple[str, ...]:
+        """The qualname in ``path`` whose docstring holds the doctest ``nodeid`` names (``()``: the
+        module's). Only a test file's doctests can be hidden: a source module's are the candidate's
+        to write."""
+        if not self.layout.is_test_file(path):
+            raise _unhideable(f"{nodeid}: a doctest of {path}, which is not test code")
+        name = nodeid.partition("::")[2].split("[", 1)[0]
+        definitions = _definitions(self.module(path).tree)
+        owners = sorted((q for q in definitions if f".{name}".endswith("." + ".".join(q))), key=len, reverse=True)
+        stem = PurePosixPath(path).stem
+        if name.rpartition(".")[2] == (PurePosixPath(path).parent.name if stem == "__init__" else stem):
+            owners.append(())
+        for owner in owners:
+            if ">>>" in (definitions[owner] or ""):
+                return owner
+        raise _unhideable(f"{nodeid}: no docstring of {path} holds this doctest")
+
     def _members(self, cls: _ClassRef) -> frozenset[str]:
         return self.module(cls.path).classes[cls.qualname].members
 
@@ -489,6 +554,23 @@ class ClassIndex:
             if (self.repo / target).is_dir():
                 return _ModuleRef(target.as_posix())
         return None
+
+
+def _definitions(tree: cst.Module) -> dict[tuple[str, ...], str | None]:
+    """The docstrings of a module (qualname ``()``) and of its functions and classes outside
+    function bodies (a doctest finder's reach: classes and their methods), by qualname."""
+    out: dict[tuple[str, ...], str | None] = {(): tree.get_docstring(clean=False)}
+
+    def walk(body: cst.BaseSuite, scope: tuple[str, ...]) -> None:
+        for statement in _statements(body):
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                qualname = (*scope, statement.name.value)
+                out[qualname] = statement.get_docstring(clean=False)
+                if isinstance(statement, cst.ClassDef):
+                    walk(statement.body, qualname)
+
+    walk(cst.IndentedBlock(body=tree.body), ())
+    return out
 
 
 def _unhideable(message: str) -> TaskforgeError:

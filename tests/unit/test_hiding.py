@@ -513,3 +513,64 @@ def test_a_test_file_that_no_longer_imports_goes_whole(session_cache: Path, tmp_
     # A broken file that another file imports stays, and its tests are hidden one by one.
     (repo / "tests" / "test_more.py").write_text("from tests.test_func import DecoratorTestMixin\n")
     assert hide_tests(repo, ids, index=ClassIndex(repo), broken=["tests/test_func.py"]) == one_by_one
+
+
+TEST_DOCTESTS = '''\
+"""Helpers.
+
+>>> 1 + 1
+2
+"""
+import unittest
+
+from pkg.shapes import square
+
+
+class TestShapes(unittest.TestCase):
+    def test_square(self):
+        assert square(2) == 4
+
+    @classmethod
+    def make_sides(cls, n):
+        """
+        >>> TestShapes.make_sides(2)
+        [4, 4]
+        """
+
+        return [square(n)] * n
+
+    def plain(self):
+        """No example here."""
+        return 1
+
+
+def helper():
+    """>>> helper()"""
+'''
+
+
+def test_a_doctest_of_a_test_file_is_hidden_by_deleting_its_docstring(tmp_path: Path) -> None:
+    """zipp's tests/test_complexity.py: ``--doctest-modules`` collects a test class's helper's
+    doctest (``tests/test_complexity.py::tests.test_complexity.TestComplexity.make_names``). Its
+    docstring goes, and the rest of the file keeps its bytes; in a broken file that goes whole,
+    the doctest goes with the file. A source module's doctest stays unhideable."""
+    write(tmp_path, {"tests/test_shapes.py": TEST_DOCTESTS, "src/pkg/shapes.py": "def square(n):\n    return n * n\n"})
+    changes = hide_tests(tmp_path, ["tests/test_shapes.py::tests.test_shapes.TestShapes.make_sides",
+                                    "tests/test_shapes.py::test_shapes.helper"])
+    text = changes["tests/test_shapes.py"]
+    assert text is not None
+    expected = (TEST_DOCTESTS.replace('        """\n        >>> TestShapes.make_sides(2)\n        [4, 4]\n        """\n\n', "")
+                .replace('    """>>> helper()"""\n', "    pass\n"))
+    assert text == expected
+    ast.parse(text)
+    module = hide_tests(tmp_path, ["tests/test_shapes.py::tests.test_shapes"])["tests/test_shapes.py"]
+    assert module == TEST_DOCTESTS[TEST_DOCTESTS.index("import unittest"):]
+    broken = hide_tests(tmp_path, ["tests/test_shapes.py::tests.test_shapes.TestShapes.make_sides",
+                                   "tests/test_shapes.py::TestShapes::test_square"], broken=["tests/test_shapes.py"])
+    assert broken == {"tests/test_shapes.py": None}
+    for nodeid in ("tests/test_shapes.py::tests.test_shapes.TestShapes.plain",  # no example in it
+                   "tests/test_shapes.py::tests.test_shapes.TestShapes.missing",
+                   "src/pkg/shapes.py::pkg.shapes.square"):
+        with pytest.raises(TaskforgeError) as info:
+            hide_tests(tmp_path, [nodeid])
+        assert info.value.reason == "unhideable_test"
