@@ -160,12 +160,13 @@ def start_state(
 
     Tests of modules that no longer collect are hidden along with FAIL_TO_PASS, whatever their
     baseline outcome, so that the file goes as a whole. Doctests are never FAIL_TO_PASS: they live
-    in the source the candidate writes, so a candidate could pass them by rewriting them.
+    in the source the candidate writes, so a candidate could pass them by rewriting them. A test
+    file's doctests are tests like its functions (hidden by deleting their docstrings).
     """
     if any(s != failing_sets[0] for s in failing_sets[1:]):
         differ = sorted(failing_sets[0].symmetric_difference(*failing_sets[1:]))
         return Rejected(RejectReason.FLAKY_FAIL_TO_PASS, f"{len(differ)} test(s) failed in some repeats only (first: {differ[0]})")
-    doctests = frozenset(t for t in failing_sets[0] if is_doctest_id(t))
+    doctests = frozenset(t for t in failing_sets[0] if is_doctest_id(t) and not ctx.layout.is_test_file(t.partition("::")[0]))
     fail_to_pass = sorted(failing_sets[0] - doctests)
     if not fail_to_pass:
         what = f" but {len(doctests)} doctest(s)" if doctests else ""
