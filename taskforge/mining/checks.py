@@ -7,9 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from taskforge import __version__
@@ -61,6 +61,16 @@ def uncollectable(run: RunResult, tests: Sequence[str]) -> set[str]:
     """Of ``tests``, those in modules (or classes) that failed to collect in ``run``."""
     locations = [e.location for e in run.collection_errors]
     return {t for t in tests if any(t.startswith(f"{loc}::") for loc in locations)}
+
+
+def dead_files(run: RunResult, ctx: Context) -> set[str]:
+    """Test files that fail to collect in ``run`` and held no test at the baseline (a module that
+    skips itself when an optional dependency is missing, say): the removal broke their import,
+    and they go whole from the start state like any broken test module (test_patch brings them
+    back), instead of leaving a collection error in it."""
+    files = {e.location.split("::", 1)[0] for e in run.collection_errors}
+    return {f for f in files if ctx.layout.is_test_file(f) and PurePosixPath(f).name not in ("conftest.py", "__init__.py")
+            and not any(t.startswith(f"{f}::") for t in ctx.baseline.tests)}
 
 
 def first_failure(run: RunResult, tests: Sequence[str]) -> str:
@@ -154,12 +164,13 @@ def hide_failing(fail_to_pass: Sequence[str], ctx: Context, broken: Sequence[str
 
 
 def start_state(
-    failing_sets: Sequence[set[str]], broken_modules: set[str], changes: dict[str, str | None], ctx: Context
+    failing_sets: Sequence[set[str]], broken_modules: set[str], changes: dict[str, str | None], ctx: Context,
+    dead: Iterable[str] = (),
 ) -> Decided | Rejected:
     """FAIL_TO_PASS (failing in every repeat) and the start state's changes, or a rejection.
 
     Tests of modules that no longer collect are hidden along with FAIL_TO_PASS, whatever their
-    baseline outcome, so that the file goes as a whole. Doctests are never FAIL_TO_PASS: they live
+    baseline outcome, so that the file goes as a whole, and so do ``dead`` files (:func:`dead_files`). Doctests are never FAIL_TO_PASS: they live
     in the source the candidate writes, so a candidate could pass them by rewriting them. A test
     file's doctests are tests like its functions (hidden by deleting their docstrings).
     """
@@ -171,7 +182,7 @@ def start_state(
     if not fail_to_pass:
         what = f" but {len(doctests)} doctest(s)" if doctests else ""
         return Rejected(RejectReason.NO_FAILING_TESTS, f"no test failed with the feature removed{what}")
-    broken_files = sorted({t.partition("::")[0] for t in broken_modules})
+    broken_files = sorted({t.partition("::")[0] for t in broken_modules} | set(dead))
     hidden_changes = hide_failing(sorted(set(fail_to_pass) | broken_modules), ctx, broken_files)
     if isinstance(hidden_changes, Rejected):
         return hidden_changes
@@ -212,6 +223,7 @@ def check_fast(
     timings: dict[str, list[float]] = {"affected_s": [], "start_state_s": []}
     importable = [m for m in ctx.baseline.importable if m not in removed_modules(removal, ctx.index)]
     tests = list(candidate.tests)
+    dead: set[str] = set()
     for round_ in range(2):
         failing_sets: list[set[str]] = []
         broken_modules: set[str] = set()
@@ -232,7 +244,7 @@ def check_fast(
             # A test module that no longer imports fails every test in it, selected or not.
             failing_sets.append(failing(run, tests) | uncollectable(run, ctx.baseline.passing))
             broken_modules = uncollectable(run, ctx.baseline.tests)
-        decided = start_state(failing_sets, broken_modules, changes, ctx)
+        decided = start_state(failing_sets, broken_modules, changes, ctx, dead)
         if isinstance(decided, Rejected):
             return decided
         start = runner.run(changes=decided.start_changes, extra_args=traceback_args(ctx.config))
@@ -247,9 +259,11 @@ def check_fast(
             return verdict
         missed = {t for t, r in start.results.items() if r.outcome != "passed" and t in ctx.baseline.passing}
         missed |= uncollectable(start, ctx.baseline.passing)
-        if not missed - set(tests):
+        newly_dead = dead_files(start, ctx) - dead
+        if not missed - set(tests) and not newly_dead:
             return verdict
         tests = sorted(set(tests) | missed)
+        dead |= newly_dead
     raise AssertionError("unreachable: the second round always returns")
 
 
@@ -292,7 +306,8 @@ def check_naive(
             return Rejected(RejectReason(f"affected_{run.status}"), run_detail(run))
         failing_sets.append(failing(run, ctx.baseline.passing))
         broken_modules = uncollectable(run, ctx.baseline.tests)
-    decided = start_state(failing_sets, broken_modules, changes, ctx)
+        dead = dead_files(run, ctx)
+    decided = start_state(failing_sets, broken_modules, changes, ctx, dead)
     if isinstance(decided, Rejected):
         return decided
     # check 3: PASS_TO_PASS pass at the start state; check 4: gold passes everything

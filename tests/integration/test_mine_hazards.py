@@ -106,6 +106,11 @@ def test_tests_are_where_pytest_finds_them_and_doctests_of_source_are_never_fail
     # hazard/check_ids.py, hazard/check_draws.py and hazard/check_names.py: test code, so they are
     # in test_patch, never in the gold patch.
     assert ("symbol", "hazard.words:reverse_words") in targets
+    # check_optional.py skips itself after importing reverse_words: the symbol's removal breaks
+    # its import, and it goes from the start state whole (rejected
+    # ``start_state_collection_errors`` before).
+    symbol = next(t for t in tasks if (t.strategy, t.target) == ("symbol", "hazard.words:reverse_words"))
+    assert "hazard/check_optional.py" in symbol.test_patch
     for task in tasks:
         doctests = [t for t in task.FAIL_TO_PASS if is_doctest_id(t)]
         assert all(t.startswith("hazard/check_") for t in doctests), (task.instance_id, doctests)
