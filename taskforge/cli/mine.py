@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -38,9 +39,10 @@ def test_command(source: str, runs: int, as_json: bool, timeout_s: float) -> Non
 
     backend = open_backend("docker")
     snapshot = fetch(source)
-    require_test_files(snapshot)
+    finding = require_test_files(snapshot)
     status(f"snapshot {snapshot.name} @ {snapshot.commit[:12]}")
     env = build_environment(snapshot, backend=backend, base=current_base(backend))
+    env = dataclasses.replace(env, pytest_args=(*env.pytest_args, *finding))
     status(f"environment {env.image} ({len(env.installed)} wheels, {len(env.dropped)} requirements dropped)")
     for dropped in env.dropped:
         status(f"  dropped {dropped.requirement} ({dropped.origin}): {dropped.reason}")

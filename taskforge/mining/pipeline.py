@@ -109,9 +109,10 @@ def _mine_repository(
     stage = Stages(result)
     with stage("fetch"):
         snapshot = fetch(source)
-        require_test_files(snapshot)
+        finding = require_test_files(snapshot)
     with stage("environment"):
         env = build_environment(snapshot, backend=backend, base=base)
+        env = replace(env, pytest_args=(*env.pytest_args, *finding))
     with SuiteRunner(snapshot, env, backend=backend, limits=limits, timeout_s=config.timeout_s) as runner:
         with stage("index"):
             layout = runner.layout()  # where the project's pytest configuration puts its tests

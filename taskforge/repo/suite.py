@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from taskforge import guest
@@ -85,12 +85,25 @@ def find_test_files(repo: Path, layout: TestLayout = DEFAULT_LAYOUT) -> list[str
     return layout.test_modules(found)
 
 
-def require_test_files(snapshot: Snapshot) -> None:
-    """Raise ``NoTestsError`` early, before any environment is built, if there is nothing to run:
-    no file has a default test module name and no pytest configuration names others."""
-    if not find_test_files(snapshot.path) and not configures_python_files(snapshot.path):
-        raise NoTestsError(f"{snapshot.source} has no pytest tests (no test_*.py or *_test.py files, and no "
-                           "python_files in its pytest configuration)")
+# Names unittest-style projects give their test modules (``python -m unittest tests``), which
+# pytest's default python_files does not match.
+UNITTEST_PYTHON_FILES = ("tests.py", "test.py")
+
+
+def require_test_files(snapshot: Snapshot) -> tuple[str, ...]:
+    """The pytest arguments every run of the project needs to find its tests: none when a file
+    has a default test module name or a pytest configuration names others; for a project whose
+    tests are only in ``tests.py`` or ``test.py`` (run with unittest, or named to pytest on its
+    command line), ``-o python_files=...`` adding those names to pytest's defaults. Raise
+    ``NoTestsError`` early, before any environment is built, if there is nothing to run."""
+    if find_test_files(snapshot.path) or configures_python_files(snapshot.path):
+        return ()
+    found = find_test_files(snapshot.path, TestLayout(python_files=UNITTEST_PYTHON_FILES))
+    if found:
+        names = [name for name in UNITTEST_PYTHON_FILES if any(PurePosixPath(f).name == name for f in found)]
+        return ("-o", "python_files=" + " ".join((*DEFAULT_LAYOUT.python_files, *names)))
+    raise NoTestsError(f"{snapshot.source} has no pytest tests (no test_*.py, *_test.py, tests.py or test.py "
+                       "files, and no python_files in its pytest configuration)")
 
 
 _MAX_PLUGINS_OFF = 3

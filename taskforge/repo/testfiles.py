@@ -15,7 +15,9 @@ configuration; it is what stages use before pytest has been asked, and what the 
 
 from __future__ import annotations
 
+import configparser
 import fnmatch
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -26,7 +28,9 @@ __all__ = ["DEFAULT_LAYOUT", "DEFAULT_PYTHON_FILES", "TEST_DIRS", "TestLayout", 
 
 DEFAULT_PYTHON_FILES = ("test_*.py", "*_test.py")
 TEST_DIRS = frozenset({"tests", "test", "testing"})
-_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+# The files pytest reads its configuration from, and their sections that hold it.
+_CONFIG_SECTIONS = {"pytest.ini": ("pytest",), ".pytest.ini": ("pytest",), "pyproject.toml": (),
+                    "tox.ini": ("pytest",), "setup.cfg": ("tool:pytest",)}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,12 +82,32 @@ def is_test_path(rel: str | PurePosixPath) -> bool:
 
 def configures_python_files(repo: Path) -> bool:
     """Whether one of the repository's pytest configuration files sets ``python_files``: then
-    pytest's default names say nothing about where its tests are."""
-    for name in _CONFIG_FILES:
+    pytest's default names say nothing about where its tests are. Read as pytest reads them (a
+    comment that mentions the option sets nothing); a file that does not parse counts as setting
+    it, so that pytest itself is asked."""
+    for name, sections in _CONFIG_SECTIONS.items():
         path = repo / name
         try:
-            if path.is_file() and "python_files" in path.read_text(encoding="utf-8", errors="replace"):
-                return True
+            if not path.is_file():
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
+        if "python_files" not in text:
+            continue
+        if name == "pyproject.toml":
+            try:
+                tool = tomllib.loads(text).get("tool", {}).get("pytest", {})
+            except tomllib.TOMLDecodeError:
+                return True
+            if isinstance(tool, dict) and ("python_files" in tool or "python_files" in (tool.get("ini_options") or {})):
+                return True
+            continue
+        parser = configparser.RawConfigParser(strict=False, interpolation=None)
+        try:
+            parser.read_string(text)
+        except configparser.Error:
+            return True
+        if any(parser.has_option(section, "python_files") for section in sections if parser.has_section(section)):
+            return True
     return False

@@ -6,8 +6,8 @@ doctests in the modules tasks remove code from, warnings as errors with a pytest
 (the fork server cannot serve it), tests parametrized over a set (seed-dependent ids) and one whose
 outcome depends on a set's order, a test that depends on timing, ids with ``.py`` and spaces, hidden tests that implement a
 pytest hook whose signature pytest's hookspec also has, and tests that share state in the order
-they run. ``onefile``: one top-level module, and a
-pytest plugin installed that does not fit the environment's pytest. ``lengths``: objects built
+they run. ``onefile``: one top-level module, its tests in ``tests.py`` (not a name pytest looks
+for by default), and a pytest plugin installed that does not fit the environment's pytest. ``lengths``: objects built
 while the package is imported (read from the source, any of their dunders may run then; only
 ``__init__`` does), and docs that are doctests (``--doctest-glob=*.rst``). ``linted``: a lint item
 for every Python file (``FILE::lint``, as pytest-ruff adds), source modules included.
@@ -231,9 +231,14 @@ def test_lint_checks_of_files_are_no_tests(tmp_path_factory, session_cache, back
 
 
 def test_a_top_level_module_is_indexed_like_a_package(tmp_path_factory, session_cache, base_image) -> None:  # type: ignore[no-untyped-def]
+    """onefile is one module, and its tests are in tests.py, which pytest finds only when told
+    (mining said ``no_tests`` before): every run of its tasks adds the name to python_files."""
     out, summary = _mine("onefile", tmp_path_factory, session_cache)
     assert summary["candidates"] >= 3 and summary["tasks"] >= 3, summary
     assert {t.target.split(":")[0] for t in read_tasks(out)} == {"onefile"}
+    for task in read_tasks(out):
+        assert task.FAIL_TO_PASS and all(t.startswith("tests.py::") for t in task.FAIL_TO_PASS), task.FAIL_TO_PASS
+        assert "python_files=test_*.py *_test.py tests.py" in json.loads(task.environment)["pytest_args"]
     # pytest-flake8 does not fit pytest 9: it is off in mining, and (below) in validation and scoring.
     assert summary["plugins_off"] == ["flake8"], summary
     validation = out.parent / f"{out.name}-validate.json"

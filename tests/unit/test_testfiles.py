@@ -3,9 +3,16 @@ the scorer's tamper rules make of a module that holds doctests."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from taskforge.repo.testfiles import DEFAULT_LAYOUT, TestLayout, is_test_path
+from taskforge.repo.testfiles import (
+    DEFAULT_LAYOUT,
+    TestLayout,
+    configures_python_files,
+    is_test_path,
+)
 from taskforge.scoring.tamper import TestPaths, classify_change
 from taskforge.task import is_ambiguous_doctest_id, is_doctest_id
 
@@ -77,3 +84,23 @@ def test_mining_and_scoring_agree_on_every_test_file(layout: TestLayout, path: s
     assert (verdict == "drop") is mining_says_test and (verdict == "keep") is (not mining_says_test)
     if layout is DEFAULT_LAYOUT:
         assert is_test_path(path) is mining_says_test
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("pytest.ini", "[pytest]\npython_files = tests.py\n", True),
+        ("tox.ini", "[pytest]\npython_files = check_*.py\n", True),
+        ("tox.ini", "[tox]\n# python_files is pytest's, not ours\n", False),
+        ("setup.cfg", "[tool:pytest]\npython_files = tests.py\n", True),
+        ("setup.cfg", "[flake8]\nfilename = python_files.py\n", False),
+        ("pyproject.toml", "[tool.pytest.ini_options]\npython_files = ['tests.py']\n", True),
+        ("pyproject.toml", "[tool.pytest]\npython_files = ['tests.py']\n", True),
+        # A comment that mentions the option sets nothing (the onefile fixture's own).
+        ("pyproject.toml", "# pytest's default python_files does not match tests.py\n[project]\nname = 'x'\n", False),
+        ("pyproject.toml", "python_files = [unclosed\n", True),  # unreadable: pytest is asked
+    ],
+)
+def test_whether_a_configuration_sets_python_files(name: str, text: str, expected: bool, tmp_path: Path) -> None:
+    (tmp_path / name).write_text(text)
+    assert configures_python_files(tmp_path) is expected
