@@ -10,7 +10,10 @@ with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``. It adds JUnit properties that ``taskf
   non-strict XPASS as a plain pass;
 - ``taskforge.nonce`` once, on the ``<testsuite>``: the value of ``$TASKFORGE_NONCE``. The variable
   is removed from the environment before any ``conftest.py`` is imported, so test code cannot read
-  it and forge a report that passes the scorer's check.
+  it and forge a report that passes the scorer's check;
+- ``taskforge.flaky`` once, on the ``<testsuite>`` of a whole run: a JSON list of the node ids the
+  project marks flaky (``@pytest.mark.flaky``, as pytest-rerunfailures and pytest-ignore-flaky read
+  it, or the flaky package's ``@flaky``), which mining leaves out of both lists.
 
 With ``$TASKFORGE_OUTCOME_FD`` set (the scoring supervisor's pipe, see ``supervisor.py``), it
 writes one JSON line to that descriptor as each test finishes, ``{"t": NODEID, "o": OUTCOME}``
@@ -38,6 +41,7 @@ import pytest
 NODEID_PROPERTY = "taskforge.nodeid"
 OUTCOME_PROPERTY = "taskforge.outcome"
 NONCE_PROPERTY = "taskforge.nonce"
+FLAKY_PROPERTY = "taskforge.flaky"
 NONCE_ENV = "TASKFORGE_NONCE"
 COVERAGE_OUT_ENV = "TASKFORGE_COVERAGE_OUT"
 COVERAGE_SOURCE_ENV = "TASKFORGE_COVERAGE_SOURCE"
@@ -170,6 +174,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if checks:
             config.hook.pytest_deselected(items=checks)
             items[:] = [item for item in items if not _file_check(item)]
+        _report_flaky(config, items)
         return
     deselected = [item for item in items if item.nodeid not in wanted]
     if deselected:
@@ -182,6 +187,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     roots = _testpath_roots(config)
     if len(roots) > 1:
         items[:] = sorted(items, key=lambda item: _rank(str(item.path), roots))  # stable
+
+
+def _is_marked_flaky(item: pytest.Item) -> bool:
+    if item.get_closest_marker("flaky") is not None:
+        return True
+    function = getattr(item, "obj", None)
+    return hasattr(function, "_flaky_max_runs") or hasattr(getattr(item, "cls", None), "_flaky_max_runs")
+
+
+def _report_flaky(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from _pytest.junitxml import xml_key
+
+    writer = config.stash.get(xml_key, None)
+    flaky = [item.nodeid for item in items if _is_marked_flaky(item)]
+    if writer is not None and flaky:
+        writer.add_global_property(FLAKY_PROPERTY, json.dumps(flaky))
 
 
 def _testpath_roots(config: pytest.Config) -> list[str]:

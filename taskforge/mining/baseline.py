@@ -38,6 +38,9 @@ class Baseline:
     """The slowest of the baseline's runs without busy neighbours: what a whole suite run takes."""
     load_sensitive: tuple[str, ...] = ()
     """Tests whose outcome changed in a run beside busy processes (timing tests): in neither list."""
+    marked_flaky: tuple[str, ...] = ()
+    """Tests the project itself marks flaky (``@pytest.mark.flaky``, the flaky package's
+    ``@flaky``; ``RunResult.marked_flaky``): in neither list, whatever the baseline saw."""
     fork_server: str = ""
     """Whether the repository's later runs fork from a server: ``used``, ``not used: WHY``, or
     ``fallback: WHY`` (its run disagreed with the new interpreters')."""
@@ -159,10 +162,11 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
     # What the scorer, reading ids alone, could take for a test or a doctest either way: in neither list.
     ambiguous = {t for t in first.results
                  if is_ambiguous_doctest_id(t, test_module=bool(layout.test_modules([t.split("::", 1)[0]])))}
+    marked_flaky = set(first.marked_flaky)
     return Baseline(
         passing=tuple(t for t in first.results
                       if agreed.get(t) == "passed" and t not in seed_dependent and t not in ambiguous
-                      and t not in load_sensitive),
+                      and t not in load_sensitive and t not in marked_flaky),
         tests=tuple(first.results),
         coverage=first.coverage or {},
         importable=tuple(m for m in sorted(index.modules) if m not in first.import_errors),
@@ -170,6 +174,7 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
         seconds=max(run.duration_s for run in fresh),
         ignored=ignored,
         load_sensitive=tuple(sorted(load_sensitive - seed_dependent)),
+        marked_flaky=tuple(sorted(marked_flaky)),
         fork_server=fork_server,
         import_time=measured_import_time(index, first.import_calls),
     )

@@ -74,6 +74,7 @@ PLUGIN_MODULE = "taskforge_pytest_plugin"
 NODEID_PROPERTY = "taskforge.nodeid"
 OUTCOME_PROPERTY = "taskforge.outcome"
 NONCE_PROPERTY = "taskforge.nonce"
+FLAKY_PROPERTY = "taskforge.flaky"
 
 _MESSAGE_LIMIT = 300
 _SEVERITY: dict[str, int] = {"error": 2, "failed": 1}  # every other outcome is 0

@@ -32,6 +32,7 @@ from taskforge import guest
 from taskforge.errors import NoTestsError, TestRunError
 from taskforge.repo.environment import WORKSPACE, Environment
 from taskforge.repo.junit import (
+    FLAKY_PROPERTY,
     PLUGIN_MODULE,
     CollectionError,
     JUnitReport,
@@ -233,6 +234,11 @@ class RunResult:
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(r.outcome for r in self.results.values()))
+
+    @property
+    def marked_flaky(self) -> frozenset[str]:
+        """The tests the project marks flaky, as the plugin reported them (a whole run's)."""
+        return frozenset(t for name, value in self.properties if name == FLAKY_PROPERTY for t in json.loads(value))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -9,6 +9,7 @@ their ground truth is the ``-v`` terminal output of the same run.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -593,3 +594,26 @@ def test_plugin_and_parser_agree_on_property_names() -> None:
     assert pytest_plugin.NODEID_PROPERTY == junit.NODEID_PROPERTY
     assert pytest_plugin.OUTCOME_PROPERTY == junit.OUTCOME_PROPERTY
     assert pytest_plugin.NONCE_PROPERTY == junit.NONCE_PROPERTY
+    assert pytest_plugin.FLAKY_PROPERTY == junit.FLAKY_PROPERTY
+
+
+def test_the_plugin_names_the_tests_the_project_marks_flaky(tmp_path: Path) -> None:
+    """A timing test the project marks flaky (zipp's big-O checks under pytest-ignore-flaky) may
+    pass at the baseline and turn xfailed in a scoring run: mining leaves such tests out, so a
+    whole run's report names them (``@pytest.mark.flaky``, or the flaky package's attribute)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_timing.py").write_text(
+        "import pytest\n\n\n"
+        "@pytest.mark.flaky\ndef test_linear():\n    pass\n\n\n"
+        "def test_rerun():\n    pass\n\n\ntest_rerun._flaky_max_runs = 3  # what flaky's @flaky sets\n\n\n"
+        "def test_plain():\n    pass\n\n\n"
+        "@pytest.mark.flaky(reruns=2)\nclass TestSlow:\n    def test_one(self):\n        pass\n",
+        encoding="utf-8")
+    plugin_dir = _write_plugin(tmp_path / "plugin")
+    out = tmp_path / "report.xml"
+    proc = _pytest(project, [f"--junitxml={out}", "-W", "ignore::pytest.PytestUnknownMarkWarning"], plugin_dir=plugin_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = parse_junit(out.read_bytes(), known_paths=["test_timing.py"])
+    flaky = [json.loads(value) for name, value in report.properties if name == junit.FLAKY_PROPERTY]
+    assert flaky == [["test_timing.py::test_linear", "test_timing.py::test_rerun", "test_timing.py::TestSlow::test_one"]]
