@@ -248,6 +248,27 @@ def _token_runs(text: str, removed: set[int]) -> list[list[str]]:
     return runs
 
 
+def _without_headers(run: list[str], names: set[str]) -> list[list[str]]:
+    """``run`` (tokens) cut where the header of a function ``names`` holds stood (``def NAME(...)
+    -> ...:``, up to its colon): the pieces before and after it."""
+    if not names or "def" not in run:
+        return [run]
+    pieces: list[list[str]] = [[]]
+    i = 0
+    while i < len(run):
+        if run[i] == "def" and i + 1 < len(run) and run[i + 1] in names:
+            depth, j = 0, i + 2
+            while j < len(run) and not (run[j] == ":" and depth == 0):
+                depth += (run[j] in ("(", "[", "{")) - (run[j] in (")", "]", "}"))
+                j += 1
+            pieces.append([])
+            i = j + 1
+            continue
+        pieces[-1].append(run[i])
+        i += 1
+    return [piece for piece in pieces if piece]
+
+
 def _module_name(path: str, known: set[str]) -> str | None:
     """``src/pkg/mod.py`` -> ``pkg.mod``: climb while the parent folder is a package."""
     pure = PurePosixPath(path)
@@ -561,10 +582,17 @@ def build_fingerprint(
         for path in changed
     ]
 
+    interfaces = interfaces or Interfaces()
+    # A removed function whose signature a dependency also defines implements or overrides it:
+    # neither its signature nor its bare name is evidence, nor an n-gram of its header (a
+    # dependency's base class holds the same line); its body's n-grams still are.
+    implemented = {parsed[0] for loss in losses for s in loss.signatures
+                   if s in interfaces.signatures and (parsed := parse_signature(s)) is not None}
+
     # Candidate n-grams with the words that could anchor each.
     windows: dict[int, set[str]] = {}
     for loss in losses:
-        for run in loss.token_runs:
+        for run in (piece for whole in loss.token_runs for piece in _without_headers(whole, implemented)):
             per_token = [_token_words(token) for token in run]
             for start, h in enumerate(ngram_hashes(run, n)):
                 windows.setdefault(h, set()).update(*per_token[start:start + n])
@@ -572,7 +600,6 @@ def build_fingerprint(
     state = _StartState(visible, candidate_words)
     vocabulary = stdlib_vocabulary()
     common_identifiers = vocabulary.document_frequency
-    interfaces = interfaces or Interfaces()
 
     ngrams: dict[int, tuple[str, ...]] = {}
     for h, words in windows.items():
@@ -586,10 +613,6 @@ def build_fingerprint(
     constants: set[str] = set()
     docstrings: set[str] = set()
     bodies: dict[str, set[str]] = {}
-    # A removed function whose signature a dependency also defines implements or overrides it:
-    # neither its signature nor its bare name is evidence (its body's n-grams still are).
-    implemented = {parsed[0] for loss in losses for s in loss.signatures
-                   if s in interfaces.signatures and (parsed := parse_signature(s)) is not None}
     for loss in losses:
         for name in loss.names:
             if (len(name) >= MIN_WORD and name not in state.identifiers and name not in common_identifiers

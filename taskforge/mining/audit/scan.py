@@ -14,6 +14,7 @@ and the fingerprint is built by :mod:`taskforge.mining.audit.fingerprint`.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -94,8 +95,30 @@ def _unscanned(skipped: Sequence[Mapping[str, Any]], *, denied_is_unread: bool) 
             if unread(s["reason"]) and (denied_is_unread or s.get("errno") not in _DENIED)]
 
 
-_THE_CODE = frozenset({"ngram", "body"})
-"""Evidence of the removed code itself, not of what it shares with others."""
+_NGRAMS = re.compile(r"(\d+) of (\d+) n-grams")
+
+
+def holds_the_code(evidence: Mapping[str, Any]) -> bool:
+    """Whether one piece of a finding's evidence is of the removed code itself, not of what it
+    shares with others: a compiled body, or n-grams enough to be more than an interface (a method
+    that overrides a dependency's base class shares its signature line and a call or two with it:
+    ``NGRAM_HITS`` n-grams at least, or all of them where the removed code has fewer)."""
+    if evidence.get("match") == "body":
+        return True
+    if evidence.get("match") != "ngram":
+        return False
+    counts = _NGRAMS.match(str(evidence.get("value", "")))
+    if counts is None:
+        return True  # not the scanner's wording: fail closed
+    hits, total = int(counts[1]), int(counts[2])
+    return hits >= min(scanner.NGRAM_HITS, total)
+
+
+def shipped(finding: Mapping[str, Any], interfaces: Interfaces | None) -> bool:
+    """Whether a finding lies in a file a dependency's wheel installs (or its bytecode) and none
+    of its evidence :func:`holds_the_code`: that file holds what it holds as published."""
+    return (interfaces is not None and interfaces.installs(str(finding["path"]))
+            and not any(holds_the_code(e) for e in finding.get("evidence", ())))
 
 
 def _brief(finding: Mapping[str, Any]) -> dict[str, Any]:
@@ -181,7 +204,7 @@ def scan_image(
 
     A file a dependency's wheel installs (``interfaces``: the environment's, with the bytecode
     compiled from them) is a finding only where it holds the removed code itself (n-grams of it,
-    or a compiled function that uses the names its body used): the rest of what it shares with the
+    :func:`holds_the_code`, or a compiled function that uses the names its body used): the rest of what it shares with the
     task (a constant, a name, a signature, a docstring) it held as published, whatever the task
     removed. inflect's image audit rejected candidates on babel's locale data (``"pound-force per
     square inch"``) and on a word list (``"glasses"``, ``"losses"``) that other packages ship.
@@ -204,10 +227,6 @@ def scan_image(
         raise TaskforgeError(f"the image audit gave no report: {err}", reason="audit_failed") from err
     # What the scan left unread may hold a copy of any task's code: every task's audit is unclean.
     unscanned = _unscanned(reply.get("skipped", []), denied_is_unread=False)
-    def shipped(finding: Mapping[str, Any]) -> bool:
-        return (interfaces is not None and interfaces.installs(str(finding["path"]))
-                and not any(e.get("match") in _THE_CODE for e in finding.get("evidence", ())))
-
-    findings = {key: [_brief(f) for f in reply["findings"].get(key, []) if not shipped(f)] + unscanned
+    findings = {key: [_brief(f) for f in reply["findings"].get(key, []) if not shipped(f, interfaces)] + unscanned
                 for key in fingerprints}
     return findings, {"files": reply["files"], "bytes": reply["bytes"], "seconds": reply["seconds"]}
