@@ -543,6 +543,10 @@ class _Task:
     original only): no evidence on their own, they make a verbatim copy's stretch whole."""
     stretch_ngrams: frozenset[int] = frozenset()
     """``ngrams`` and ``copy_ngrams``: what a stretch (:class:`_Evidence`) is made of."""
+    interface_ngrams: frozenset[int] = frozenset()
+    """Of ``ngrams``, those at the header of a function that implements a dependency's interface:
+    the n-gram evidence says how many of its hits they are (the host weighs a dependency's own
+    files without them)."""
 
 
 
@@ -587,6 +591,7 @@ def _build_task(task_id: str, data: Mapping[str, Any]) -> _Task:
         tests=tests,
         bodies={q: frozenset(ns) for q, ns in dict(data.get("bodies", {})).items()},
         copy_ngrams=frozenset(int(h) for h in data.get("copy_ngrams", ())),
+        interface_ngrams=frozenset(int(h) for h in data.get("interface_ngrams", ())),
         modules=tuple(str(m) for m in data.get("modules", ())),
     )
     task.stretch_ngrams = task.ngrams | task.copy_ngrams if task.copy_ngrams else task.ngrams
@@ -796,7 +801,10 @@ def _match_text(index: _Index, text: str, evidence: _Evidence, *, binary: bool =
                     if h in hits:
                         covered.update(range(pos, pos + task.n))
                 weight = STRONG if len(hits) >= NGRAM_HITS else WEAK
-                value = f"{len(hits)} of {len(task.ngrams)} n-grams, {len(covered)} tokens"
+                at_headers = len(hits & task.interface_ngrams)
+                value = (f"{len(hits)} of {len(task.ngrams)} n-grams"
+                         + (f" ({at_headers} at an interface's header)" if at_headers else "")
+                         + f", {len(covered)} tokens")
                 evidence.add(i, ("ngram", ""), "ngram", value, weight, *hits)
             if matched and task.copy_ngrams:
                 evidence.stretches.setdefault(i, []).extend(_stretches(hashes[task.n], matched, task.n))

@@ -147,6 +147,11 @@ class Fingerprint:
     """Start-state files that keep a copy of the removed implementation where the project's code
     does not live (:mod:`taskforge.mining.audit.original`): ``path``, ``kind``, ``detail``. The
     start state is read for them already; the audit reports each as a finding."""
+    interface_ngrams: list[int] = field(default_factory=list)
+    """Of ``ngrams``, those that hold a token of the header (``def name(...):``) of a removed
+    function whose own signature a dependency also defines (it implements or overrides it), and
+    occur nowhere else in the removed code. Evidence like the rest, but not in a file the
+    dependency installs, which holds such a header as published (``taskforge.mining.audit.scan``)."""
 
     def __post_init__(self) -> None:
         if self.n < MIN_NGRAM:
@@ -172,6 +177,7 @@ class Fingerprint:
             "bodies": {qualname: list(names) for qualname, names in self.bodies.items()},
             "modules": list(self.modules),
             "copies": [dict(copy) for copy in self.copies],
+            "interface_ngrams": list(self.interface_ngrams),
         }
 
     @classmethod
@@ -188,6 +194,7 @@ class Fingerprint:
             bodies={str(q): [str(n) for n in ns] for q, ns in dict(data.get("bodies", {})).items()},
             modules=[str(m) for m in data.get("modules", ())],
             copies=[{str(k): str(v) for k, v in dict(copy).items()} for copy in data.get("copies", ())],
+            interface_ngrams=[int(h) for h in data.get("interface_ngrams", ())],
         )
 
 
@@ -206,7 +213,8 @@ class _FileLoss:
     implementation (not a signature, decorator or docstring: what the task shows)."""
 
 
-def _removed_lines(before: str, after: str) -> set[int]:
+@lru_cache(maxsize=64)
+def _removed_lines(before: str, after: str) -> frozenset[int]:
     """1-based numbers of the lines of ``before`` that ``after`` deleted or replaced."""
     old, new = source_lines(before, keepends=True), source_lines(after, keepends=True)
     # Lines the two share at either end are kept; diff only what lies between (a task changes a
@@ -222,7 +230,7 @@ def _removed_lines(before: str, after: str) -> set[int]:
     for tag, i1, i2, _, _ in matcher.get_opcodes():
         if tag in ("delete", "replace"):
             removed.update(range(head + i1 + 1, head + i2 + 1))
-    return removed
+    return frozenset(removed)
 
 
 @lru_cache(maxsize=64)
@@ -248,25 +256,35 @@ def _token_runs(text: str, removed: set[int]) -> list[list[str]]:
     return runs
 
 
-def _without_headers(run: list[str], names: set[str]) -> list[list[str]]:
-    """``run`` (tokens) cut where the header of a function ``names`` holds stood (``def NAME(...)
-    -> ...:``, up to its colon): the pieces before and after it."""
-    if not names or "def" not in run:
-        return [run]
-    pieces: list[list[str]] = [[]]
-    i = 0
-    while i < len(run):
-        if run[i] == "def" and i + 1 < len(run) and run[i + 1] in names:
-            depth, j = 0, i + 2
-            while j < len(run) and not (run[j] == ":" and depth == 0):
-                depth += (run[j] in ("(", "[", "{")) - (run[j] in (")", "]", "}"))
-                j += 1
-            pieces.append([])
-            i = j + 1
-            continue
-        pieces[-1].append(run[i])
-        i += 1
-    return [piece for piece in pieces if piece]
+def _header_windows(text: str, removed: frozenset[int], signatures: frozenset[str], n: int) -> tuple[set[int], set[int]]:
+    """The n-grams of ``text``'s removed lines that hold a token of the header of a function whose
+    own signature is in ``signatures`` (its ``def`` line down to the line before its body; the
+    AST says where), and the other n-grams of those lines."""
+    tree = _analyzed(text)[0]
+    headers: set[int] = set()
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and format_signature(node) in signatures:
+            headers.update(range(node.lineno, max(node.body[0].lineno, node.lineno + 1)))
+    at_header: set[int] = set()
+    elsewhere: set[int] = set()
+    if not headers:
+        return at_header, elsewhere
+    run: list[tuple[int, str]] = []
+
+    def windows() -> None:
+        lines = [line for line, _ in run]
+        for start, h in enumerate(ngram_hashes([token for _, token in run], n)):
+            (at_header if not headers.isdisjoint(lines[start:start + n]) else elsewhere).add(h)
+
+    for line, token in _line_tokens(text):
+        if line in removed:
+            run.append((line, token))
+        elif run:
+            windows()
+            run = []
+    if run:
+        windows()
+    return at_header, elsewhere
 
 
 def _module_name(path: str, known: set[str]) -> str | None:
@@ -582,17 +600,10 @@ def build_fingerprint(
         for path in changed
     ]
 
-    interfaces = interfaces or Interfaces()
-    # A removed function whose signature a dependency also defines implements or overrides it:
-    # neither its signature nor its bare name is evidence, nor an n-gram of its header (a
-    # dependency's base class holds the same line); its body's n-grams still are.
-    implemented = {parsed[0] for loss in losses for s in loss.signatures
-                   if s in interfaces.signatures and (parsed := parse_signature(s)) is not None}
-
     # Candidate n-grams with the words that could anchor each.
     windows: dict[int, set[str]] = {}
     for loss in losses:
-        for run in (piece for whole in loss.token_runs for piece in _without_headers(whole, implemented)):
+        for run in loss.token_runs:
             per_token = [_token_words(token) for token in run]
             for start, h in enumerate(ngram_hashes(run, n)):
                 windows.setdefault(h, set()).update(*per_token[start:start + n])
@@ -600,6 +611,7 @@ def build_fingerprint(
     state = _StartState(visible, candidate_words)
     vocabulary = stdlib_vocabulary()
     common_identifiers = vocabulary.document_frequency
+    interfaces = interfaces or Interfaces()
 
     ngrams: dict[int, tuple[str, ...]] = {}
     for h, words in windows.items():
@@ -613,6 +625,10 @@ def build_fingerprint(
     constants: set[str] = set()
     docstrings: set[str] = set()
     bodies: dict[str, set[str]] = {}
+    # A removed function whose signature a dependency also defines implements or overrides it:
+    # neither its signature nor its bare name is evidence (its body's n-grams still are).
+    implemented = {parsed[0] for loss in losses for s in loss.signatures
+                   if s in interfaces.signatures and (parsed := parse_signature(s)) is not None}
     for loss in losses:
         for name in loss.names:
             if (len(name) >= MIN_WORD and name not in state.identifiers and name not in common_identifiers
@@ -645,9 +661,20 @@ def build_fingerprint(
         if not _test_still_visible(t, visible) and anchor_word(test_id_patterns(t)[0].rsplit("::", 1)[-1])
     )
 
+    # The n-grams at the header of a removed function that implements a dependency's interface
+    # (its own signature, as the dependency writes it): a file the dependency installs holds them.
+    at_header: set[int] = set()
+    elsewhere: set[int] = set()
+    for path in changed:
+        if interfaces.signatures and path.endswith(PYTHON_SUFFIXES):
+            found, other = _header_windows(before[path], _removed_lines(before[path], after.get(path) or ""),
+                                           interfaces.signatures, n)
+            at_header |= found
+            elsewhere |= other
     fingerprint = Fingerprint(
         n=n,
         ngrams=sorted(ngrams),
+        interface_ngrams=sorted((at_header - elsewhere) & ngrams.keys()),
         anchors=sorted(map(list, set(ngrams.values()))),
         signatures=sorted(signatures),
         names=sorted(names | dotted),
@@ -706,6 +733,7 @@ def _against_the_original(
     return Fingerprint(
         n=fingerprint.n,
         ngrams=ngrams,
+        interface_ngrams=sorted(set(fingerprint.interface_ngrams).intersection(ngrams)),
         anchors=sorted(map(list, {anchors[h] for h in ngrams})),
         signatures=[s for s in fingerprint.signatures if s not in found.get("signature", set())],
         names=[

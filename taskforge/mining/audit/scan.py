@@ -95,23 +95,20 @@ def _unscanned(skipped: Sequence[Mapping[str, Any]], *, denied_is_unread: bool) 
             if unread(s["reason"]) and (denied_is_unread or s.get("errno") not in _DENIED)]
 
 
-_NGRAMS = re.compile(r"(\d+) of (\d+) n-grams")
+_NGRAMS = re.compile(r"(\d+) of \d+ n-grams(?: \((\d+) at an interface's header\))?")
 
 
 def holds_the_code(evidence: Mapping[str, Any]) -> bool:
     """Whether one piece of a finding's evidence is of the removed code itself, not of what it
-    shares with others: a compiled body, or n-grams enough to be more than an interface (a method
-    that overrides a dependency's base class shares its signature line and a call or two with it:
-    ``NGRAM_HITS`` n-grams at least, or all of them where the removed code has fewer)."""
+    shares with others: a compiled body, or n-grams other than those at the header of a removed
+    function that implements or overrides a dependency's interface (``Fingerprint.interface_ngrams``:
+    the dependency's base class holds the same ``def`` line)."""
     if evidence.get("match") == "body":
         return True
     if evidence.get("match") != "ngram":
         return False
     counts = _NGRAMS.match(str(evidence.get("value", "")))
-    if counts is None:
-        return True  # not the scanner's wording: fail closed
-    hits, total = int(counts[1]), int(counts[2])
-    return hits >= min(scanner.NGRAM_HITS, total)
+    return counts is None or int(counts[1]) > int(counts[2] or 0)  # not the scanner's wording: fail closed
 
 
 def shipped(finding: Mapping[str, Any], interfaces: Interfaces | None) -> bool:
