@@ -462,14 +462,17 @@ def gate(task: Task, ctx: Context) -> Task | Rejected:
     PASS_TO_PASS pass."""
     # The scorer's runs are bounded as mining's are, by the baseline's duration.
     bound = run_timeout(ctx.baseline.seconds, ctx.config.timeout_s)
-    task = ctx.scorer.calibrate(task, timeout_s=bound)
-    task, gold = ctx.scorer.confirm(task, timeout_s=bound)
+    try:
+        task = ctx.scorer.calibrate(task, timeout_s=bound)
+        task, gold = ctx.scorer.confirm(task, timeout_s=bound)
+        empty = ctx.scorer.score(task, "", tests="fail_to_pass", timeout_s=bound)
+    except TaskforgeError as err:  # a run the scorer could not read: this candidate's, not the repository's
+        return Rejected(RejectReason.SCORER_INFRA_ERROR, f"{err} [{err.reason}]")
     if gold.status != "ok" or gold.reward != 1.0:
         failed = next((f"{t}: {o}" for t, o in {**gold.fail_to_pass, **gold.pass_to_pass}.items() if o != "passed"), "")
         if gold.status != "ok":
             return Rejected(RejectReason(f"scorer_{gold.status}"), f"gold: {gold.detail}" + (f" (first: {failed})" if failed else ""))
         return Rejected(RejectReason.GOLD_SCORES_0, failed or gold.detail)
-    empty = ctx.scorer.score(task, "", tests="fail_to_pass", timeout_s=bound)
     if empty.status != "ok":
         return Rejected(RejectReason(f"scorer_{empty.status}"), f"empty patch: {empty.detail}")
     if all(outcome == "passed" for outcome in empty.fail_to_pass.values()):

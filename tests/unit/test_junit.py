@@ -617,3 +617,21 @@ def test_the_plugin_names_the_tests_the_project_marks_flaky(tmp_path: Path) -> N
     report = parse_junit(out.read_bytes(), known_paths=["test_timing.py"])
     flaky = [json.loads(value) for name, value in report.properties if name == junit.FLAKY_PROPERTY]
     assert flaky == [["test_timing.py::test_linear", "test_timing.py::test_rerun", "test_timing.py::TestSlow::test_one"]]
+
+
+def test_a_session_a_keyboard_interrupt_stopped_is_read(tmp_path: Path) -> None:
+    """A test that lets a KeyboardInterrupt escape stops pytest, which writes a ``<testcase>``
+    with neither classname nor name for it (a canary twin of a test of control-flow exceptions
+    did so, and the unreadable report ended a whole repository's mining). The tests before it
+    are read; it and the ones after it are missing."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_stop.py").write_text(
+        "def test_before():\n    pass\n\n\ndef test_stops():\n    raise KeyboardInterrupt\n\n\n"
+        "def test_after():\n    pass\n", encoding="utf-8")
+    out = tmp_path / "report.xml"
+    proc = _pytest(project, [f"--junitxml={out}"], plugin_dir=_write_plugin(tmp_path / "plugin"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr  # interrupted
+    assert b'<testcase time="' in out.read_bytes()
+    report = parse_junit(out.read_bytes(), known_paths=["test_stop.py"])
+    assert {t: r.outcome for t, r in report.results.items()} == {"test_stop.py::test_before": "passed"}
