@@ -64,13 +64,13 @@ def uncollectable(run: RunResult, tests: Sequence[str]) -> set[str]:
 
 
 def dead_files(run: RunResult, ctx: Context) -> set[str]:
-    """Test files that fail to collect in ``run`` and held no test at the baseline (a module that
-    skips itself when an optional dependency is missing, say): the removal broke their import,
-    and they go whole from the start state like any broken test module (test_patch brings them
-    back), instead of leaving a collection error in it."""
+    """Test files (not conftest.py or __init__.py) that fail to collect in ``run``: the removal
+    broke their import, and they go whole from the start state (test_patch brings them back),
+    whatever imports them, instead of leaving a collection error in it. One that held no test at
+    the baseline (it skips itself when an optional dependency is missing); one another file
+    imports (a script beside the tests), whose tests hidden one by one leave its import broken."""
     files = {e.location.split("::", 1)[0] for e in run.collection_errors}
-    return {f for f in files if ctx.layout.is_test_file(f) and PurePosixPath(f).name not in ("conftest.py", "__init__.py")
-            and not any(t.startswith(f"{f}::") for t in ctx.baseline.tests)}
+    return {f for f in files if ctx.layout.is_test_file(f) and PurePosixPath(f).name not in ("conftest.py", "__init__.py")}
 
 
 def first_failure(run: RunResult, tests: Sequence[str]) -> str:
@@ -154,11 +154,12 @@ def remove_candidate(candidate: Candidate, ctx: Context) -> tuple[Removal, dict[
     return removal, changes
 
 
-def hide_failing(fail_to_pass: Sequence[str], ctx: Context, broken: Sequence[str] = ()) -> dict[str, str | None] | Rejected:
+def hide_failing(fail_to_pass: Sequence[str], ctx: Context, broken: Sequence[str] = (),
+                 whole: Sequence[str] = ()) -> dict[str, str | None] | Rejected:
     if ctx.config.visible_tests:
         return {}
     try:
-        return hide_tests(ctx.snapshot.path, fail_to_pass, index=ctx.tests, broken=broken)
+        return hide_tests(ctx.snapshot.path, fail_to_pass, index=ctx.tests, broken=broken, whole=whole)
     except TaskforgeError as err:
         return Rejected.of_error(err)
 
@@ -182,8 +183,8 @@ def start_state(
     if not fail_to_pass:
         what = f" but {len(doctests)} doctest(s)" if doctests else ""
         return Rejected(RejectReason.NO_FAILING_TESTS, f"no test failed with the feature removed{what}")
-    broken_files = sorted({t.partition("::")[0] for t in broken_modules} | set(dead))
-    hidden_changes = hide_failing(sorted(set(fail_to_pass) | broken_modules), ctx, broken_files)
+    broken_files = sorted({t.partition("::")[0] for t in broken_modules})
+    hidden_changes = hide_failing(sorted(set(fail_to_pass) | broken_modules), ctx, broken_files, sorted(dead))
     if isinstance(hidden_changes, Rejected):
         return hidden_changes
     return Decided(fail_to_pass=fail_to_pass, failing_doctests=doctests,
@@ -306,12 +307,18 @@ def check_naive(
             return Rejected(RejectReason(f"affected_{run.status}"), run_detail(run))
         failing_sets.append(failing(run, ctx.baseline.passing))
         broken_modules = uncollectable(run, ctx.baseline.tests)
-        dead = dead_files(run, ctx)
-    decided = start_state(failing_sets, broken_modules, changes, ctx, dead)
-    if isinstance(decided, Rejected):
-        return decided
-    # check 3: PASS_TO_PASS pass at the start state; check 4: gold passes everything
-    verdicts = [check_start(fresh(decided.start_changes), decided, ctx) for _ in range(ctx.config.repeats)]
+    dead: set[str] = set()
+    for _ in range(2):  # a test file the start state leaves broken goes whole, as in check_fast
+        decided = start_state(failing_sets, broken_modules, changes, ctx, dead)
+        if isinstance(decided, Rejected):
+            return decided
+        # check 3: PASS_TO_PASS pass at the start state; check 4: gold passes everything
+        starts = [fresh(decided.start_changes) for _ in range(ctx.config.repeats)]
+        newly_dead = set().union(*(dead_files(start, ctx) for start in starts)) - dead
+        if not newly_dead:
+            break
+        dead |= newly_dead
+    verdicts = [check_start(start, decided, ctx) for start in starts]
     for verdict in verdicts:
         if isinstance(verdict, Rejected):
             return verdict

@@ -79,14 +79,16 @@ _TESTLESS_BASES = frozenset({"object", "TestCase", "IsolatedAsyncioTestCase"})
 
 
 def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None = None,
-               broken: Sequence[str] = ()) -> dict[str, str | None]:
+               broken: Sequence[str] = (), whole: Sequence[str] = ()) -> dict[str, str | None]:
     """Remove the tests ``nodeids`` name; return path -> new text (None: file deleted), by path.
 
     ``index``: the repository's :class:`ClassIndex` from an earlier call, so that a repository's
     candidates parse its test files once (the files must not have changed meanwhile).
     ``broken``: test files that no longer import (their module-level code, a class attribute
     say, uses what was removed): each is deleted whole, its tests with it, unless another file
-    imports it or inherits its tests; then its tests are hidden one by one like the others."""
+    imports it or inherits its tests; then its tests are hidden one by one like the others.
+    ``whole``: test files deleted whole whatever imports them (they still do not import with the
+    tests hidden one by one, so neither does any file importing them)."""
     repo = Path(repo)
     if index is None or index.repo != repo:
         index = ClassIndex(repo)
@@ -115,6 +117,8 @@ def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None =
     # A broken file goes whole unless other files' tests are defined in it (they would lose them).
     inherited = {where for path, where, _ in located if where != path}
     wholes -= inherited
+    wholes |= {path for path in whole if (repo / path).is_file()
+               and PurePosixPath(path).name not in ("conftest.py", "__init__.py")}
     whole_files |= wholes
     docstrings: dict[str, set[tuple[str, ...]]] = {}  # file -> owners of the doctests to delete there
     for nodeid in doctest_ids:

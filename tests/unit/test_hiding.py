@@ -513,6 +513,10 @@ def test_a_test_file_that_no_longer_imports_goes_whole(session_cache: Path, tmp_
     # A broken file that another file imports stays, and its tests are hidden one by one.
     (repo / "tests" / "test_more.py").write_text("from tests.test_func import DecoratorTestMixin\n")
     assert hide_tests(repo, ids, index=ClassIndex(repo), broken=["tests/test_func.py"]) == one_by_one
+    # Still broken with its tests hidden one by one (its start state fails to collect it, and so
+    # would the file importing it): it goes whole, whatever imports it.
+    forced = hide_tests(repo, ids, index=ClassIndex(repo), broken=["tests/test_func.py"], whole=["tests/test_func.py"])
+    assert forced == {"tests/test_func.py": None}
 
 
 TEST_DOCTESTS = '''\
