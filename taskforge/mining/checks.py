@@ -171,9 +171,10 @@ def start_state(
     """FAIL_TO_PASS (failing in every repeat) and the start state's changes, or a rejection.
 
     Tests of modules that no longer collect are hidden along with FAIL_TO_PASS, whatever their
-    baseline outcome, so that the file goes as a whole, and so do ``dead`` files (:func:`dead_files`). Doctests are never FAIL_TO_PASS: they live
-    in the source the candidate writes, so a candidate could pass them by rewriting them. A test
-    file's doctests are tests like its functions (hidden by deleting their docstrings).
+    baseline outcome, so that the file goes as a whole; ``dead`` files (:func:`dead_files`) go
+    whole whatever imports them. A source module's doctests are never FAIL_TO_PASS: the candidate
+    writes that module, so it could pass them by rewriting them. A test file's doctests are tests
+    like its functions (hidden by deleting their docstrings).
     """
     if any(s != failing_sets[0] for s in failing_sets[1:]):
         differ = sorted(failing_sets[0].symmetric_difference(*failing_sets[1:]))
@@ -469,17 +470,21 @@ def gate(task: Task, ctx: Context) -> Task | Rejected:
     PASS_TO_PASS pass."""
     # The scorer's runs are bounded as mining's are, by the baseline's duration.
     bound = run_timeout(ctx.baseline.seconds, ctx.config.timeout_s)
+    # A run the scorer cannot read is this candidate's failure, not the repository's.
     try:
         task = ctx.scorer.calibrate(task, timeout_s=bound)
         task, gold = ctx.scorer.confirm(task, timeout_s=bound)
-        empty = ctx.scorer.score(task, "", tests="fail_to_pass", timeout_s=bound)
-    except TaskforgeError as err:  # a run the scorer could not read: this candidate's, not the repository's
-        return Rejected(RejectReason.SCORER_INFRA_ERROR, f"{err} [{err.reason}]")
+    except TaskforgeError as err:
+        return Rejected(RejectReason.SCORER_INFRA_ERROR, f"gold: {err} [{err.reason}]")
     if gold.status != "ok" or gold.reward != 1.0:
         failed = next((f"{t}: {o}" for t, o in {**gold.fail_to_pass, **gold.pass_to_pass}.items() if o != "passed"), "")
         if gold.status != "ok":
             return Rejected(RejectReason(f"scorer_{gold.status}"), f"gold: {gold.detail}" + (f" (first: {failed})" if failed else ""))
         return Rejected(RejectReason.GOLD_SCORES_0, failed or gold.detail)
+    try:
+        empty = ctx.scorer.score(task, "", tests="fail_to_pass", timeout_s=bound)
+    except TaskforgeError as err:
+        return Rejected(RejectReason.SCORER_INFRA_ERROR, f"empty patch: {err} [{err.reason}]")
     if empty.status != "ok":
         return Rejected(RejectReason(f"scorer_{empty.status}"), f"empty patch: {empty.detail}")
     if all(outcome == "passed" for outcome in empty.fail_to_pass.values()):
