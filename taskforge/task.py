@@ -22,9 +22,8 @@ def is_doctest_id(nodeid: str) -> bool:
     second and last part is a dotted name, which no test function's or class's can be (an
     identifier, then ``[parameters]``).
 
-    Doctests are tests, but a source module's are the candidate's to write, so they are never
-    FAIL_TO_PASS, and a file holding them is not a test file (a doctest of a test file, which the
-    project's ``python_files`` names, is a test like its functions). A module docstring's doctest of a
+    Doctests are tests, but their module is source: the candidate writes it, so they are never
+    FAIL_TO_PASS, and a file holding them is not a test file. A module docstring's doctest of a
     top-level module (``mod.py::mod``) cannot be told from a test function by its id; mining keeps
     such ids out of both lists. Doctests of text files (``README.rst::README.rst``) are neither:
     those files are tests alone.

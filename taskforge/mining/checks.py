@@ -172,14 +172,16 @@ def start_state(
 
     Tests of modules that no longer collect are hidden along with FAIL_TO_PASS, whatever their
     baseline outcome, so that the file goes as a whole; ``dead`` files (:func:`dead_files`) go
-    whole whatever imports them. A source module's doctests are never FAIL_TO_PASS: the candidate
-    writes that module, so it could pass them by rewriting them. A test file's doctests are tests
-    like its functions (hidden by deleting their docstrings).
+    whole whatever imports them. Doctests are never FAIL_TO_PASS: a source module's the candidate
+    writes, so it could pass them by rewriting them; and the guard holds a test's code to its
+    trusted file, but not a doctest's examples, which the candidate's code could rewrite (the
+    ``__doc__`` they are read from, or the stdlib's doctest runner) before they run. A test file's
+    doctest in a module hidden test by test is hidden with it (its docstring is deleted).
     """
     if any(s != failing_sets[0] for s in failing_sets[1:]):
         differ = sorted(failing_sets[0].symmetric_difference(*failing_sets[1:]))
         return Rejected(RejectReason.FLAKY_FAIL_TO_PASS, f"{len(differ)} test(s) failed in some repeats only (first: {differ[0]})")
-    doctests = frozenset(t for t in failing_sets[0] if is_doctest_id(t) and not ctx.layout.is_test_file(t.partition("::")[0]))
+    doctests = frozenset(t for t in failing_sets[0] if is_doctest_id(t))
     fail_to_pass = sorted(failing_sets[0] - doctests)
     if not fail_to_pass:
         what = f" but {len(doctests)} doctest(s)" if doctests else ""
