@@ -6,7 +6,7 @@ Standalone (stdlib and pytest only): the scorer copies it into the sandbox as
 ``taskforge_pytest_guard.py`` and loads it with ``-p taskforge_pytest_guard``, with plugin
 autoloading disabled. It is imported before any ``conftest.py`` or package code, and then:
 
-- holds every module of pytest, pluggy, unittest and the XML writer by reference, and trusts
+- holds every module of pytest, pluggy, unittest, doctest and the XML writer by reference, and trusts
   the code the image loaded before any project code ran (by identity, in its module's namespace);
 - after each test's teardown and at the end of the session, compares those modules' members
   (and ``sys.modules``) with what they were, and judges every hook caller and implementation,
@@ -66,9 +66,9 @@ _WATCHED = (
     "_pytest.fixtures", "_pytest.config", "_pytest.warnings", "_pytest.capture", "_pytest.logging",
     "pluggy._hooks", "pluggy._callers", "pluggy._manager", "pluggy._result",
     "unittest.case", "unittest.result", "builtins", "_pytest.assertion.rewrite", "_pytest.assertion.util",
-    "_pytest.assertion",
+    "_pytest.assertion", "doctest",
 )
-_WATCHED_PREFIXES = ("_pytest", "pytest", "pluggy", "unittest", "xml.etree")
+_WATCHED_PREFIXES = ("_pytest", "pytest", "pluggy", "unittest", "xml.etree", "doctest")
 _REPORT_HOOKS = ("pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_report_teststatus",
                  "pytest_runtest_protocol", "pytest_runtest_call", "pytest_pyfunc_call")
 # Module globals pytest itself swaps during a run.

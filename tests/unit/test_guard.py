@@ -590,3 +590,18 @@ def test_set_display_constants_compare_by_their_elements_not_their_order() -> No
     assert not _same_code(one, other)
     assert not _same_code(code.replace(co_consts=(*consts[:index], frozenset([1, 2]), *consts[index + 1:])),
                           code.replace(co_consts=(*consts[:index], frozenset([1.0, 2]), *consts[index + 1:])))
+
+
+@pytest.mark.parametrize("swap", [
+    "doctest.DocTestRunner.run = lambda self, test, *a, **k: doctest.TestResults(0, len(test.examples))",
+    "doctest.OutputChecker.check_output = lambda self, want, got, flags: True",
+])
+def test_the_stdlib_doctest_runner_swapped_by_the_candidate(tmp_path: Path, swap: str) -> None:
+    """A text file of doctests can be FAIL_TO_PASS (``--doctest-glob``); the guard holds it to its
+    digest, and pytest's doctest plugin runs it through the stdlib's ``doctest``, whose runner or
+    checker the candidate's code could make pass anything. The swap happens in a call made by an
+    earlier test, after pytest made its runner class: the stdlib's ``doctest`` is held as pytest's
+    modules are (before, only the runner class pytest makes lazily gave it away, by chance)."""
+    feature = f"import doctest\n\n\ndef double(x):\n    {swap}\n    return 2 * x\n"
+    findings = _run(tmp_path, feature, docs=True)
+    assert any(f.startswith(f"replaced {swap.split(' = ')[0]} ") for f in findings), findings
