@@ -174,20 +174,25 @@ def start_state(
     baseline outcome, so that the file goes as a whole; ``dead`` files (:func:`dead_files`) go
     whole whatever imports them. Doctests are never FAIL_TO_PASS: a source module's the candidate
     writes, so it could pass them by rewriting them; and the guard holds a test's code to its
-    trusted file, but not a doctest's examples, which the candidate's code could rewrite (the
-    ``__doc__`` they are read from, or the stdlib's doctest runner) before they run. A test file's
-    doctest in a module hidden test by test is hidden with it (its docstring is deleted).
+    trusted file, but not a doctest's examples, nor the doctest machinery that runs them, which
+    the candidate's code can rig from inside the process (an independent red team passed a text
+    file of doctests, ``--doctest-glob``, with a wrong feature in 18 ways, the guard seeing none).
+    A failing text file of doctests is hidden all the same (test_patch brings it back); a test
+    file's doctest in a module hidden test by test goes with it (its docstring is deleted).
     """
     if any(s != failing_sets[0] for s in failing_sets[1:]):
         differ = sorted(failing_sets[0].symmetric_difference(*failing_sets[1:]))
         return Rejected(RejectReason.FLAKY_FAIL_TO_PASS, f"{len(differ)} test(s) failed in some repeats only (first: {differ[0]})")
-    doctests = frozenset(t for t in failing_sets[0] if is_doctest_id(t))
+    doctests = frozenset(t for t in failing_sets[0] if is_doctest_id(t) or doctest_text_file(t) is not None)
     fail_to_pass = sorted(failing_sets[0] - doctests)
     if not fail_to_pass:
         what = f" but {len(doctests)} doctest(s)" if doctests else ""
         return Rejected(RejectReason.NO_FAILING_TESTS, f"no test failed with the feature removed{what}")
     broken_files = sorted({t.partition("::")[0] for t in broken_modules})
-    hidden_changes = hide_failing(sorted(set(fail_to_pass) | broken_modules), ctx, broken_files, sorted(dead))
+    # A text file of doctests that fails goes from the start state (it shows what the feature
+    # does), and test_patch brings it back, but it is not graded.
+    text_files = {t for t in doctests if doctest_text_file(t) is not None}
+    hidden_changes = hide_failing(sorted(set(fail_to_pass) | text_files | broken_modules), ctx, broken_files, sorted(dead))
     if isinstance(hidden_changes, Rejected):
         return hidden_changes
     return Decided(fail_to_pass=fail_to_pass, failing_doctests=doctests,

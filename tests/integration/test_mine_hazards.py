@@ -300,11 +300,14 @@ def test_what_runs_at_import_is_measured_and_a_doctest_file_is_hidden_whole(tmp_
     assert [r["target"] for r in refused if r["target"] != "lengths.units:Unit.__init__"] == [], refused
     tasks = read_tasks(out)
     assert {t.target for t in tasks} & dunders, sorted(t.target for t in tasks)
-    # A task of the docs' doctests: the file is the test, gone from the start state, back in test_patch.
-    documented = [t for t in tasks if any(i.startswith("docs/") for i in t.FAIL_TO_PASS)]
-    assert documented, [(t.target, t.FAIL_TO_PASS) for t in tasks]
+    # A task whose docs' doctests fail: the file is gone from the start state and back in
+    # test_patch, but not graded (the doctest machinery runs in the candidate's process, where an
+    # independent red team rigged it 18 ways the guard did not see): in neither list.
+    documented = [t for t in tasks if any(i.startswith("docs/") for i in t.hidden_tests)]
+    assert documented, [(t.target, t.hidden_tests) for t in tasks]
     for task in documented:
-        for nodeid in (i for i in task.FAIL_TO_PASS if i.startswith("docs/")):
+        assert not any(i.startswith("docs/") for i in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)), task.instance_id
+        for nodeid in (i for i in task.hidden_tests if i.startswith("docs/")):
             path = nodeid.split("::")[0]
             assert nodeid == f"{path}::{path.rsplit('/', 1)[1]}" and f"+++ b/{path}" in task.test_patch, nodeid
     validated = _cli("validate", str(out), cache=session_cache)
