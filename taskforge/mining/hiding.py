@@ -208,11 +208,24 @@ class _Hider(StatementRemover):
         self.stack.pop()
         if path in self.targets:
             return self._removed(original_node)
-        return _without_docstring(updated_node) if path in self.docstrings else updated_node
+        return self._without_docstring(updated_node) if path in self.docstrings else updated_node
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         updated_node = super().leave_Module(original_node, updated_node)
-        return _without_docstring(updated_node) if () in self.docstrings else updated_node
+        return self._without_docstring(updated_node) if () in self.docstrings else updated_node
+
+    def _without_docstring(self, node: _Documented) -> _Documented:
+        """``node`` without its docstring, tidied as a deleted statement's block is (a block left
+        empty gets ``pass``; the blank lines after the docstring go with it)."""
+        block = node if isinstance(node, cst.Module) else node.body
+        if not isinstance(block, (cst.Module, cst.IndentedBlock)) or not block.body or not _is_docstring(block.body[0]):
+            return node
+        self.dropped.add(id(block.body[0]))
+        rest = self._tidy(block.body, block.body[1:])
+        if not rest and not isinstance(block, cst.Module):
+            rest = [cst.SimpleStatementLine(body=[cst.Pass()])]
+        block = block.with_changes(body=rest)
+        return block if isinstance(node, cst.Module) else node.with_changes(body=block)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         self.stack.append(node.name.value)
@@ -230,7 +243,7 @@ class _Hider(StatementRemover):
         if touched and not _class_has_tests(updated_node, self.classes) and not self.keep(path[-1]):
             return self._removed(original_node)
         if path in self.docstrings:
-            updated_node = _without_docstring(updated_node)
+            updated_node = self._without_docstring(updated_node)
         if not self.stack:
             self.classes[path[-1]] = updated_node
         return updated_node
@@ -240,24 +253,6 @@ def _is_docstring(statement: cst.CSTNode) -> bool:
     return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
             and isinstance(statement.body[0], cst.Expr)
             and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
-
-
-def _without_docstring(node: _Documented) -> _Documented:
-    """``node`` without its docstring (a block left empty gets ``pass``; the blank lines after the
-    docstring go with it)."""
-    block = node if isinstance(node, cst.Module) else node.body
-    if not isinstance(block, (cst.Module, cst.IndentedBlock)) or not block.body or not _is_docstring(block.body[0]):
-        return node
-    rest = list(block.body[1:])
-    if rest:
-        lines = list(rest[0].leading_lines)
-        while lines and lines[0].comment is None:
-            lines.pop(0)
-        rest[0] = rest[0].with_changes(leading_lines=lines)
-    elif not isinstance(block, cst.Module):
-        rest = [cst.SimpleStatementLine(body=[cst.Pass()])]
-    block = block.with_changes(body=rest)
-    return block if isinstance(node, cst.Module) else node.with_changes(body=block)
 
 
 def _is_test_function(node: cst.CSTNode) -> bool:

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-__all__ = ["DEFAULT_LAYOUT", "DEFAULT_PYTHON_FILES", "TEST_DIRS", "TestLayout", "configures_python_files",
-           "is_test_path"]
+__all__ = ["CONFIG_FILES", "DEFAULT_LAYOUT", "DEFAULT_PYTHON_FILES", "TEST_DIRS", "TestLayout", "UnreadableConfig",
+           "configures_python_files", "is_test_path", "pytest_section"]
 
 DEFAULT_PYTHON_FILES = ("test_*.py", "*_test.py")
 TEST_DIRS = frozenset({"tests", "test", "testing"})
-# The files pytest reads its configuration from, and their sections that hold it.
-_CONFIG_SECTIONS = {"pytest.ini": ("pytest",), ".pytest.ini": ("pytest",), "pyproject.toml": (),
-                    "tox.ini": ("pytest",), "setup.cfg": ("tool:pytest",)}
+CONFIG_FILES = ("pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml", "tox.ini", "setup.cfg")
+"""The files pytest 9 reads its configuration from."""
+_INI_SECTIONS = {"pytest.ini": "pytest", ".pytest.ini": "pytest", "tox.ini": "pytest", "setup.cfg": "tool:pytest"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,12 +80,40 @@ def is_test_path(rel: str | PurePosixPath) -> bool:
     return DEFAULT_LAYOUT.is_test_file(rel)
 
 
+class UnreadableConfig(ValueError):
+    """A pytest configuration file that does not parse."""
+
+
+def pytest_section(name: str, text: str) -> Mapping[str, Any] | None:
+    """The pytest table a configuration file named ``name`` holds, as pytest reads it (None: none
+    there): pyproject.toml's ``[tool.pytest]`` (with its ``ini_options``), pytest.toml's
+    ``[pytest]``, an ini file's ``[pytest]`` or setup.cfg's ``[tool:pytest]``. Raises
+    :class:`UnreadableConfig` for a file that does not parse. Shared by mining (which options the
+    project sets) and the scorer (whether a candidate changed them)."""
+    if name.endswith(".toml"):
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as err:
+            raise UnreadableConfig(str(err)) from err
+        table = data.get("tool", {}).get("pytest") if name == "pyproject.toml" else data.get("pytest")
+        return table if isinstance(table, dict) else None
+    section = _INI_SECTIONS.get(name)
+    if section is None:
+        return None
+    parser = configparser.RawConfigParser(strict=False, interpolation=None)
+    try:
+        parser.read_string(text)
+    except configparser.Error as err:
+        raise UnreadableConfig(str(err)) from err
+    return dict(parser.items(section)) if parser.has_section(section) else None
+
+
 def configures_python_files(repo: Path) -> bool:
     """Whether one of the repository's pytest configuration files sets ``python_files``: then
     pytest's default names say nothing about where its tests are. Read as pytest reads them (a
     comment that mentions the option sets nothing); a file that does not parse counts as setting
     it, so that pytest itself is asked."""
-    for name, sections in _CONFIG_SECTIONS.items():
+    for name in CONFIG_FILES:
         path = repo / name
         try:
             if not path.is_file():
@@ -95,19 +123,10 @@ def configures_python_files(repo: Path) -> bool:
             continue
         if "python_files" not in text:
             continue
-        if name == "pyproject.toml":
-            try:
-                tool = tomllib.loads(text).get("tool", {}).get("pytest", {})
-            except tomllib.TOMLDecodeError:
-                return True
-            if isinstance(tool, dict) and ("python_files" in tool or "python_files" in (tool.get("ini_options") or {})):
-                return True
-            continue
-        parser = configparser.RawConfigParser(strict=False, interpolation=None)
         try:
-            parser.read_string(text)
-        except configparser.Error:
+            table = pytest_section(name, text) or {}
+        except UnreadableConfig:
             return True
-        if any(parser.has_option(section, "python_files") for section in sections if parser.has_section(section)):
+        if "python_files" in table or "python_files" in (table.get("ini_options") or {}):
             return True
     return False

@@ -34,9 +34,7 @@ Policy, in one place (``Rules``):
 from __future__ import annotations
 
 import ast
-import configparser
 import re
-import tomllib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -44,7 +42,14 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from taskforge.repo.canaries import parse_source
-from taskforge.repo.testfiles import DEFAULT_LAYOUT, TestLayout, is_test_path
+from taskforge.repo.testfiles import (
+    CONFIG_FILES,
+    DEFAULT_LAYOUT,
+    TestLayout,
+    UnreadableConfig,
+    is_test_path,
+    pytest_section,
+)
 from taskforge.task import is_doctest_id
 
 __all__ = [
@@ -63,8 +68,7 @@ Verdict = Literal["keep", "drop", "tamper"]
 ChangeKind = Literal["added", "modified", "deleted", "symlink", "submodule"]
 
 _PYTEST_CONFIG_SECTIONS = {"setup.cfg": "tool:pytest", "tox.ini": "pytest"}
-DEFAULT_CONFIG_FILES = frozenset({"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml",
-                                  "tox.ini", "setup.cfg"})
+DEFAULT_CONFIG_FILES = frozenset(CONFIG_FILES)
 """What pytest 9 reads; the scorer adds whatever the image's pytest reads besides."""
 _STARTUP_MODULES = frozenset({"sitecustomize", "usercustomize"})
 _COMPILED = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib")
@@ -98,29 +102,17 @@ class TestPaths:
 def _pytest_section_changed(rel: str, before: str | None, after: str | None) -> bool | None:
     """For setup.cfg, tox.ini and pyproject.toml: whether pytest's section differs (None: not such a file)."""
     name = PurePosixPath(rel).name
-    if name == "pyproject.toml":
-        def section(text: str | None) -> object:
-            if text is None:
-                return None
-            try:
-                return tomllib.loads(text).get("tool", {}).get("pytest")
-            except tomllib.TOMLDecodeError:
-                return "<unreadable>"
-        return section(before) != section(after)
-    if name in _PYTEST_CONFIG_SECTIONS:
-        wanted = _PYTEST_CONFIG_SECTIONS[name]
+    if name != "pyproject.toml" and name not in _PYTEST_CONFIG_SECTIONS:
+        return None
 
-        def ini(text: str | None) -> object:
-            if text is None:
-                return None
-            parser = configparser.RawConfigParser(strict=False, interpolation=None)
-            try:
-                parser.read_string(text)
-            except configparser.Error:
-                return "<unreadable>"
-            return dict(parser.items(wanted)) if parser.has_section(wanted) else None
-        return ini(before) != ini(after)
-    return None
+    def section(text: str | None) -> object:
+        if text is None:
+            return None
+        try:
+            return pytest_section(name, text)
+        except UnreadableConfig:
+            return "<unreadable>"
+    return section(before) != section(after)
 
 
 def classify_change(

@@ -104,3 +104,9 @@ def test_mining_and_scoring_agree_on_every_test_file(layout: TestLayout, path: s
 def test_whether_a_configuration_sets_python_files(name: str, text: str, expected: bool, tmp_path: Path) -> None:
     (tmp_path / name).write_text(text)
     assert configures_python_files(tmp_path) is expected
+
+
+def test_pytest_9s_own_toml_file_is_read(tmp_path: Path) -> None:
+    """pytest 9 reads pytest.toml's ``[pytest]`` table; the list before this missed the file."""
+    (tmp_path / "pytest.toml").write_text("[pytest]\npython_files = ['check_*.py']\n")
+    assert configures_python_files(tmp_path)
