@@ -7,6 +7,8 @@ tasks never loads the miner (libcst, the symbol index, the audit).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
@@ -40,6 +42,11 @@ def is_ambiguous_doctest_id(nodeid: str, *, test_module: bool) -> bool:
     path, sep, name = nodeid.partition("::")
     return (bool(sep) and "::" not in name and path.endswith(".py") and not test_module
             and name.split("[", 1)[0] == PurePosixPath(path).stem)
+
+
+_GRADED = ("instance_id", "base_commit", "patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS", "hidden_tests",
+           "image_name", "environment")
+"""The Task fields :attr:`Task.grading_sha256` covers, with the canaries of ``validation``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,6 +93,23 @@ class Task:
     solve_rate: float | None = None
     """Measured share of scored rollouts that solved it; None until rewards exist (``taskforge rate``)."""
     solve_attempts: int = 0
+
+    @property
+    def grading_sha256(self) -> str:
+        """sha256 (hex) of everything a verdict on this task depends on: its id, the start state
+        (``base_commit``), the gold patch, the hidden tests, both lists, the image, the environment
+        record and the calibrated canaries. Mining a source again (``--again --replace``) can
+        write a task under the same instance_id with some of these changed; a verdict stored
+        against another digest (a reward row's ``task_sha256``, an entry of a validation report)
+        is stale, and resumed runs check the task again rather than reuse it."""
+        try:
+            validation = json.loads(self.validation or "{}")
+        except ValueError:
+            validation = {}
+        canaries = validation.get("canaries") or [] if isinstance(validation, dict) else []
+        graded = {key: getattr(self, key) for key in _GRADED}
+        graded["canaries"] = canaries
+        return hashlib.sha256(json.dumps(graded, sort_keys=True, default=list).encode()).hexdigest()
 
     def to_row(self) -> dict[str, Any]:
         row = asdict(self)

@@ -40,7 +40,8 @@ def score_command(tasks_dir: Path, predictions: Path | None, out_dir: Path, mode
     Each prediction is scored with the tamper-resistant scorer (the trusted tests are put back;
     tampering scores 0) and stored as a reward row keyed by (instance_id, candidate_id), the
     candidate being the prediction's model_name_or_path. Running again resumes: pairs already in
-    OUT are skipped. A prediction for an unknown instance_id is reported and counted, not scored.
+    OUT are skipped, unless the row was scored against another version of the task (mined again
+    since): that row is taken out and the pair scored again. A prediction for an unknown instance_id is reported and counted, not scored.
     """
     from collections import Counter
 
@@ -68,6 +69,9 @@ def score_command(tasks_dir: Path, predictions: Path | None, out_dir: Path, mode
             status(f"unknown instance_id {instance_id!r} (candidate {candidate!r}): not in the tasks; not scored")
         if plan.already:
             status(f"{plan.already} candidate(s) already scored in {out_dir}; skipped")
+        if plan.stale:
+            status(f"{len(plan.stale)} candidate(s) in {out_dir} were scored against another version of their task "
+                   "(mined again since): taken out and scored again")
         if plan.repeated:
             status(f"{plan.repeated} prediction(s) repeat an (instance_id, candidate) pair; only the first is scored")
         progress = _ScoreProgress(len(plan.work))
@@ -89,7 +93,8 @@ def score_command(tasks_dir: Path, predictions: Path | None, out_dir: Path, mode
         by_candidate.setdefault(result.candidate_id, []).append(result.reward)
     for candidate_id, rewards in sorted(by_candidate.items()):
         click.echo(f"  {candidate_id}: {len(rewards)} scored, mean reward {sum(rewards) / len(rewards):.3f}")
-    click.echo(f"unknown instance_id: {len(plan.unknown)}; already scored: {plan.already}; repeated: {plan.repeated}")
+    click.echo(f"unknown instance_id: {len(plan.unknown)}; already scored: {plan.already}; "
+               f"scored again (task changed): {len(plan.stale)}; repeated: {plan.repeated}")
     click.echo(f"{out_dir}: {total_rows} reward rows")
 
 

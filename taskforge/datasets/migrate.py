@@ -2,8 +2,11 @@
 
     taskforge migrate DIR
 
-Only task folders have versions to migrate from: version 2 to 3 adds the difficulty record, which
-is computed from each row (:func:`taskforge.difficulty.difficulty_of`), and empty solve rates. The
+Tasks version 2 to 3 adds the difficulty record, which is computed from each row
+(:func:`taskforge.difficulty.difficulty_of`), and empty solve rates. Rewards version 2 to 3 adds
+``task_sha256``, the version of the task each row scored, as empty: nobody can tell now which
+version an old row was about, so a resumed ``taskforge score`` scores those candidates again and
+``taskforge rate`` and ``taskforge report`` count only rows of the task as it is. The
 migration holds the folder's writer lock, writes every upgraded shard beside its old one
 (``.NAME.next``, fsynced), then commits a manifest that names the new digests and version (the
 one point where the folder changes version), then renames the new shards into place. A kill
@@ -22,8 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from taskforge.datasets.card import write_card
-from taskforge.datasets.manifest import MANIFEST, fsync_dir, read_manifest, sha256_file, utc_now, write_manifest
-from taskforge.datasets.schema import TASKS
+from taskforge.datasets.manifest import (
+    MANIFEST,
+    fsync_dir,
+    read_manifest,
+    sha256_file,
+    utc_now,
+    write_manifest,
+)
+from taskforge.datasets.schema import KINDS
 from taskforge.datasets.writer import WriterConfig, _ShardFile
 from taskforge.difficulty import difficulty_of
 from taskforge.errors import TaskforgeError
@@ -35,7 +45,12 @@ def _tasks_v2_to_v3(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, **difficulty_of(row).columns(), "solve_rate": None, "solve_attempts": 0}
 
 
-_UPGRADES: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {("tasks", 2): _tasks_v2_to_v3}
+def _rewards_v2_to_v3(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "task_sha256": ""}
+
+
+_UPGRADES: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ("tasks", 2): _tasks_v2_to_v3, ("rewards", 2): _rewards_v2_to_v3}
 """(kind, version) -> the function that makes a row of the next version."""
 
 
@@ -83,19 +98,20 @@ def _migrate(directory: Path, config: WriterConfig) -> Migration:
             pending.unlink()
     fsync_dir(directory)
     before = manifest.schema_version
-    if manifest.kind != TASKS.name or before == TASKS.version:
+    kind = KINDS.get(manifest.kind)
+    if kind is None or before == kind.version:
         return Migration(directory=directory, before=before, after=before, shards=0, rows=0)
-    if before > TASKS.version:
-        raise TaskforgeError(f"{directory} holds tasks v{before}, newer than this taskforge's v{TASKS.version}; "
+    if before > kind.version:
+        raise TaskforgeError(f"{directory} holds {kind.name} v{before}, newer than this taskforge's v{kind.version}; "
                              "upgrade taskforge", reason="schema_version")
     steps = []
-    for version in range(before, TASKS.version):
+    for version in range(before, kind.version):
         upgrade = _UPGRADES.get((manifest.kind, version))
         if upgrade is None:
-            raise TaskforgeError(f"{directory} holds tasks v{before}; no migration from v{version} exists "
-                                 f"(it predates taskforge.datasets.migrate): mine it again", reason="schema_version")
+            raise TaskforgeError(f"{directory} holds {kind.name} v{before}; no migration from v{version} exists "
+                                 f"(it predates taskforge.datasets.migrate): make it again", reason="schema_version")
         steps.append(upgrade)
-    schema = TASKS.schema()
+    schema = kind.schema()
     rewritten: dict[str, tuple[int, str]] = {}
     rows = 0
     for shard in manifest.shards:
@@ -116,14 +132,14 @@ def _migrate(directory: Path, config: WriterConfig) -> Migration:
     now = utc_now()
     manifest.shards = [replace(s, sha256=rewritten[s.name][1], bytes=rewritten[s.name][0], written_at=now)
                        for s in manifest.shards]
-    manifest.schema_version = TASKS.version
+    manifest.schema_version = kind.version
     manifest.updated_at = now
     write_manifest(directory, manifest)  # the commit point
     for name in rewritten:
         os.replace(directory / f".{name}.next", directory / name)
     fsync_dir(directory)
-    write_card(directory, TASKS)
-    return Migration(directory=directory, before=before, after=TASKS.version, shards=len(rewritten), rows=rows)
+    write_card(directory, kind)
+    return Migration(directory=directory, before=before, after=kind.version, shards=len(rewritten), rows=rows)
 
 
 def _upgraded(row: Mapping[str, Any], steps: list[Callable[[dict[str, Any]], dict[str, Any]]]) -> dict[str, Any]:

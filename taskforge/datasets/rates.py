@@ -3,7 +3,9 @@
 A task's solve rate is the share of its scored rollouts that earned reward 1.0. Rollouts are the
 reward rows of candidates other than the reference ones (``gold`` and ``empty``, which
 ``taskforge score --gold --empty`` writes to check the task itself), and rows whose status is
-``infra_error`` are left out (the sandbox failed, not the solver). The rates go into the task
+``infra_error`` are left out (the sandbox failed, not the solver), as are rows scored against another
+version of the task than the folder holds (``task_sha256``: mined again since, or unknown in rows
+migrated from reward schema v2). The rates go into the task
 rows' ``solve_rate`` and ``solve_attempts`` columns, shard by shard, with the writer's atomic
 rewrite; every other column keeps its value.
 """
@@ -39,8 +41,9 @@ class Rated:
     """Shards rewritten."""
 
 
-def solve_counts(reward_dirs: Iterable[Path]) -> dict[str, tuple[int, int]]:
-    """instance_id -> (solved, attempts) over the rollouts of every reward folder."""
+def solve_counts(reward_dirs: Iterable[Path], versions: Mapping[str, str]) -> dict[str, tuple[int, int]]:
+    """instance_id -> (solved, attempts) over the rollouts of every reward folder that scored the
+    task in its version ``versions[instance_id]`` (a task's grading_sha256)."""
     from taskforge.datasets.reader import open as open_dataset
 
     counts: dict[str, list[int]] = {}
@@ -48,10 +51,10 @@ def solve_counts(reward_dirs: Iterable[Path]) -> dict[str, tuple[int, int]]:
         kind = read_manifest(directory).kind
         if kind != "rewards":
             raise TaskforgeError(f"{directory} holds {kind}, not rewards", reason="wrong_kind")
-        table = open_dataset(directory).to_table(columns=["instance_id", "candidate_id", "reward", "status"]).to_pydict()
-        for instance, candidate, reward, status in zip(table["instance_id"], table["candidate_id"], table["reward"],
-                                                       table["status"], strict=True):
-            if candidate in REFERENCE_CANDIDATES or status == "infra_error":
+        columns = ["instance_id", "candidate_id", "reward", "status", "task_sha256"]
+        table = open_dataset(directory).to_table(columns=columns).to_pydict()
+        for instance, candidate, reward, status, version in zip(*(table[c] for c in columns), strict=True):
+            if candidate in REFERENCE_CANDIDATES or status == "infra_error" or versions.get(instance) != version:
                 continue
             solved_attempts = counts.setdefault(instance, [0, 0])
             solved_attempts[0] += reward == 1.0
@@ -63,7 +66,9 @@ def rate(directory: Path, reward_dirs: Iterable[Path]) -> Rated:
     """Write the solve rates measured in ``reward_dirs`` into the task rows of ``directory``."""
     import pyarrow.parquet as pq
 
-    counts = solve_counts(reward_dirs)
+    from taskforge.datasets.reader import read_tasks
+
+    counts = solve_counts(reward_dirs, {t.instance_id: t.grading_sha256 for t in read_tasks(directory)})
     tasks = rated = attempts = shards = 0
     with DatasetWriter(directory, kind=TASKS, recipe=read_manifest(directory).recipe, versions=run_versions()) as writer:
         for shard in list(writer.manifest.shards):

@@ -90,7 +90,11 @@ def build_report(
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
     tasks = read_tasks(directory)
     source_of = {t.instance_id: t.source for t in tasks}
-    checks: Mapping[str, Any] = json.loads(validation.read_text(encoding="utf-8")) if validation else {}
+    versions = {t.instance_id: t.grading_sha256 for t in tasks}
+    # A check or a reward row counts only for the task as it is (one mined again since is unchecked).
+    checks: Mapping[str, Any] = {
+        i: c for i, c in (json.loads(validation.read_text(encoding="utf-8")) if validation else {}).items()
+        if isinstance(c, dict) and c.get("task_sha256") == versions.get(i)}
     max_attempts = _max_attempts(directory)
     rows: list[ProjectRow] = []
     for repository in summary.get("repositories", []):
@@ -119,7 +123,7 @@ def build_report(
                          validated=sum(1 for i, c in checks.items() if i in source_of and c.get("ok"))
                          if validation else None)
     for folder in rewards:
-        report.scoring.append(_scoring(folder, {t.instance_id for t in tasks}))
+        report.scoring.append(_scoring(folder, versions))
     return report
 
 
@@ -130,8 +134,11 @@ def _max_attempts(directory: Path) -> int:
     return int(recipe.get("config", {}).get("max_attempts", 60)) if isinstance(recipe, dict) else 60
 
 
-def _scoring(folder: Path, instance_ids: set[str]) -> dict[str, Any]:
-    rows = read_rows(folder)
+def _scoring(folder: Path, versions: Mapping[str, str]) -> dict[str, Any]:
+    """Gold and empty rows of ``folder`` scored against the tasks as they are (``versions``:
+    instance_id → grading_sha256)."""
+    rows = [r for r in read_rows(folder) if versions.get(r["instance_id"]) == r["task_sha256"]]
+    instance_ids = set(versions)
     result: dict[str, Any] = {"folder": str(folder)}
     for candidate, wanted in (("gold", 1.0), ("empty", 0.0)):
         mine = [r for r in rows if r["candidate_id"] == candidate and r["instance_id"] in instance_ids]

@@ -33,9 +33,10 @@ TASK_SCHEMA_VERSION = 3
 """v1: first shards; v2: ``source_commit`` and ``audit`` added, ``base_commit`` is the start state's commit;
 v3: the difficulty record (:mod:`taskforge.difficulty`) and measured solve rates (``taskforge migrate``
 brings a v2 folder to v3)."""
-REWARD_SCHEMA_VERSION = 2
+REWARD_SCHEMA_VERSION = 3
 """v1: first reward rows; v2: the scorer's statuses (ok, timeout, patch_failed, tampered, infra_error),
-``outcomes``, ``dropped`` and ``detail`` added."""
+``outcomes``, ``dropped`` and ``detail`` added; v3: ``task_sha256``, the version of the task scored
+(``taskforge migrate`` brings a v2 folder to v3, with it empty: unknown)."""
 
 # (name, type, description); the type is a short code turned into a pyarrow type by _arrow_type.
 _TASK_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -94,6 +95,8 @@ _REWARD_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("test_s", "float64", "Seconds the test run took."),
     ("total_s", "float64", "Seconds the whole scoring took."),
     ("image_name", "string", "Docker image the candidate was scored in."),
+    ("task_sha256", "string", "The version of the task scored: sha256 of its start state, gold patch, hidden tests, "
+     "lists, image, environment and canaries (Task.grading_sha256); empty in rows migrated from v2."),
     ("scorer_version", "string", "Version of the scorer's rules."),
     ("taskforge_version", "string", "taskforge version that scored."),
     ("scored_at", "timestamp[us, UTC]", "When the candidate was scored."),

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from taskforge.difficulty import difficulty_of
+from taskforge.task import Task
 
 __all__ = ["reward_rows", "task_rows"]
 
@@ -108,6 +109,7 @@ def reward_rows(tasks: list[dict[str, Any]], *, candidates: tuple[str, ...] = ("
                 "test_s": round(rng.uniform(0.5, 9), 3),
                 "total_s": round(rng.uniform(1, 12), 3),
                 "image_name": task["image_name"],
+                "task_sha256": Task.from_row(task).grading_sha256,
                 "scorer_version": "1",
                 "taskforge_version": "0.1.0",
                 "scored_at": when + timedelta(seconds=len(rows)),

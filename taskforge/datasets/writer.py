@@ -402,6 +402,71 @@ class DatasetWriter:
         fsync_dir(self.directory)
         return sum(s.rows for s in gone)
 
+    def column(self, name: str) -> dict[str, Any]:
+        """The value of column ``name`` in every row the dataset holds, by key."""
+        import pyarrow.parquet as pq
+
+        values: dict[str, Any] = {}
+        for shard in self._manifest.shards:
+            table = pq.read_table(self.directory / shard.name,
+                                  columns=list(dict.fromkeys([*self.kind.key, name]))).to_pydict()
+            keys = zip(*(table[k] for k in self.kind.key), strict=True)
+            values.update(("\0".join(str(v) for v in key), value) for key, value in zip(keys, table[name], strict=True))
+        return values
+
+    def drop(self, keys: Collection[str], *, reason: str, prefix: str) -> int:
+        """Take the rows with ``keys`` out of the dataset (a reward row scored against an earlier
+        version of its task, say); returns the rows taken out.
+
+        Each shard holding one is retracted with ``reason`` and its other rows are written to a new
+        shard (``PREFIX-NNNNN``), as ``.NAME.next`` (fsynced) first. The manifest that lists the
+        new shards and the retractions is the commit point, as for :meth:`rewrite` and
+        :meth:`retract`: a kill before it leaves the folder as it was, after it, the renames and
+        deletions that the next writer finishes.
+        """
+        import pyarrow.parquet as pq
+
+        wanted = set(keys) & self.keys
+        if not wanted:
+            return 0
+        schema = self.kind.schema()
+        hit = [s for s in self._manifest.shards if self._keys_of(self.directory / s.name) & wanted]
+        fresh: list[tuple[ShardInfo, Path]] = []
+        try:
+            for old in hit:
+                kept = [r for r in pq.read_table(self.directory / old.name).to_pylist()
+                        if self.kind.key_of(r) not in wanted]
+                if not kept:
+                    continue
+                shard = _ShardFile(self.directory, self._next_name(prefix), schema, self.config)
+                try:
+                    for start in range(0, len(kept), self.config.row_group_rows):
+                        shard.add(self._table(kept[start : start + self.config.row_group_rows], schema))
+                    pending = self.directory / f".{shard.name}.next"
+                    size, digest = shard.finish(pending)
+                except BaseException:
+                    shard.discard()
+                    raise
+                fresh.append((ShardInfo(name=shard.name, rows=len(kept), sha256=digest, bytes=size, written_at=utc_now(),
+                                        run=len(self._manifest.runs) - 1), pending))
+                self._manifest.shards.append(fresh[-1][0])  # so that the next name is not this one
+        except BaseException:
+            for info, pending in fresh:
+                self._manifest.shards.remove(info)
+                pending.unlink(missing_ok=True)
+            raise
+        run, now = len(self._manifest.runs) - 1, utc_now()
+        self._manifest.shards = [s for s in self._manifest.shards if s not in hit]
+        self._manifest.retracted += [Retraction(shard=s, reason=reason, retracted_at=now, run=run) for s in hit]
+        self._save()
+        for info, pending in fresh:
+            os.replace(pending, self.directory / info.name)
+        for shard in hit:
+            (self.directory / shard.name).unlink(missing_ok=True)
+        fsync_dir(self.directory)
+        self.keys -= wanted
+        return len(wanted)
+
     def _record_done(self, done: Mapping[str, Mapping[str, Any]], shards: list[str]) -> None:
         """Record finished units, each with the shards written for it (``shards``: this call's
         and, for a unit done again, the ones it had), which :meth:`retract` can then name."""

@@ -162,8 +162,10 @@ def validate_tasks(
 ) -> dict[str, dict[str, Any]]:
     """Check every task again (:func:`check_task`): instance_id → ``{"ok", "problems"}``.
 
-    With ``report``, the results are also written there as JSON after every task, and tasks the
-    report holds already are not checked again: a long validation resumes where it stopped."""
+    With ``report``, the results are also written there as JSON after every task, each with the
+    task's :attr:`~taskforge.task.Task.grading_sha256` (``task_sha256``), and tasks the report
+    holds already, in that version, are not checked again: a long validation resumes where it
+    stopped, and a task mined again since is checked again."""
     from taskforge.datasets.manifest import write_atomic
 
     results: dict[str, dict[str, Any]] = {}
@@ -173,16 +175,27 @@ def validate_tasks(
         except json.JSONDecodeError as err:
             raise TaskforgeError(f"{report} is not valid JSON ({err}); remove it to validate again",
                                  reason="report_unreadable") from err
-        done = sum(1 for t in tasks if t.instance_id in results)
+        if not isinstance(results, dict):
+            raise TaskforgeError(f"{report} is not a validation report (instance_id: result); remove it to validate "
+                                 "again", reason="report_unreadable")
+        done = sum(1 for t in tasks if _holds(results, t))
         if done:
             on_status(f"{done} task(s) already in {report}; not checked again")
+        if stale := sum(1 for t in tasks if t.instance_id in results and not _holds(results, t)):
+            on_status(f"{stale} task(s) in {report} were checked in another version (mined again since); checked again")
     for task in tasks:
-        if task.instance_id not in results:
+        if not _holds(results, task):
             check = check_task(task, backend=backend, base=base)
-            results[task.instance_id] = {"ok": check.ok, "problems": check.problems}
+            results[task.instance_id] = {"ok": check.ok, "problems": check.problems, "task_sha256": task.grading_sha256}
             if report is not None:  # after every task: an interrupted validation keeps what it did
                 write_atomic(report, json.dumps(results, indent=1).encode())
     return results
+
+
+def _holds(results: dict[str, Any], task: Task) -> bool:
+    """Whether ``results`` (a validation report) has a result for ``task`` as it is now."""
+    entry = results.get(task.instance_id)
+    return isinstance(entry, dict) and entry.get("task_sha256") == task.grading_sha256
 
 
 @dataclass(kw_only=True, slots=True)

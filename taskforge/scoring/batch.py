@@ -3,7 +3,10 @@
 The candidates are predictions (SWE-bench's ``instance_id``, ``model_patch``,
 ``model_name_or_path``), each task's gold patch (candidate ``gold``) and the empty patch
 (candidate ``empty``). Each is stored under its reward key (``REWARDS.key_of``: instance_id and
-candidate id); a key the folder already holds is not scored again, so an interrupted run resumes.
+candidate id); a key the folder already holds is not scored again, so an interrupted run resumes,
+unless its row was scored against another version of the task (``task_sha256`` is not the task's
+:attr:`~taskforge.task.Task.grading_sha256`: the source was mined again, say). Such a row is
+taken out of the folder (``DatasetWriter.drop``, recorded as a retraction) and scored again.
 """
 
 from __future__ import annotations
@@ -41,16 +44,21 @@ class ScorePlan:
     unknown: list[tuple[str, str]] = field(default_factory=list)
     """(instance_id, candidate) of predictions for tasks the folder does not hold."""
     already: int = 0
-    """Candidates the reward folder holds already."""
+    """Candidates the reward folder holds already, scored against the task as it is."""
+    stale: list[str] = field(default_factory=list)
+    """Keys of stored rows scored against another version of their task: scored again."""
     repeated: int = 0
     """Predictions that repeat an (instance_id, candidate) pair: only the first is scored."""
 
 
 def plan_candidates(tasks: Mapping[str, Task], predictions: Iterable[Mapping[str, str]] = (), *, gold: bool = False,
-                    empty: bool = False, stored: set[str] | frozenset[str] = frozenset()) -> ScorePlan:
+                    empty: bool = False, stored: Mapping[str, str] | None = None) -> ScorePlan:
     """The candidates to score, in the order given (predictions, then gold, then empty), less
-    those whose reward key is in ``stored`` and repeats; sorted by image, so that one image at a
-    time keeps the container pool warm."""
+    repeats and those ``stored`` holds (reward key → the ``task_sha256`` it was scored against)
+    for the task as it is; sorted by image, so that one image at a time keeps the container pool
+    warm."""
+    stored = stored or {}
+    versions = {instance_id: task.grading_sha256 for instance_id, task in tasks.items()}
     plan = ScorePlan()
     candidates: list[Candidate] = []
     for row in predictions:
@@ -64,13 +72,15 @@ def plan_candidates(tasks: Mapping[str, Task], predictions: Iterable[Mapping[str
             candidates += [Candidate(t.instance_id, t.patch if name == "gold" else "", name) for t in tasks.values()]
     seen: set[str] = set()
     for candidate in candidates:
-        if candidate.key in stored:
+        if candidate.key in stored and stored[candidate.key] == versions[candidate.instance_id]:
             plan.already += 1
         elif candidate.key in seen:
             plan.repeated += 1
         else:
             seen.add(candidate.key)
             plan.work.append(candidate)
+            if candidate.key in stored:
+                plan.stale.append(candidate.key)
     plan.work.sort(key=lambda c: tasks[c.instance_id].image_name)
     return plan
 
@@ -78,7 +88,7 @@ def plan_candidates(tasks: Mapping[str, Task], predictions: Iterable[Mapping[str
 def score_candidates(
     out_dir: Path,
     tasks: Mapping[str, Task],
-    plan_for: Callable[[set[str]], ScorePlan],
+    plan_for: Callable[[Mapping[str, str]], ScorePlan],
     *,
     backend: SandboxBackend,
     mode: RewardMode = "binary",
@@ -87,11 +97,16 @@ def score_candidates(
     on_plan: Callable[[ScorePlan], None] = lambda _: None,
     on_result: Callable[[RewardResult], None] = lambda _: None,
 ) -> tuple[list[RewardResult], int]:
-    """Score ``plan_for(keys already in out_dir)`` into the reward folder ``out_dir``; each result
-    is stored as it comes. Returns the results and the number of rows the folder holds after."""
+    """Score ``plan_for(stored)`` into the reward folder ``out_dir``, ``stored`` being the key →
+    ``task_sha256`` of every row it holds; the plan's stale rows are taken out first, and each
+    result is stored as it comes. Returns the results and the number of rows the folder holds
+    after."""
     recipe = {"command": "score", "mode": mode, "scorer_version": SCORER_VERSION}
     with RewardSink(out_dir, recipe=recipe, prefix="rewards-score", flush_rows=256, flush_s=60.0) as sink:
-        plan = plan_for(set(sink.keys))
+        plan = plan_for(sink.writer.column("task_sha256"))
+        if plan.stale:
+            sink.writer.drop(plan.stale, prefix=sink.prefix,
+                             reason=f"{len(plan.stale)} row(s) scored against another version of their task")
         on_plan(plan)
 
         def stored(result: RewardResult) -> None:

@@ -75,6 +75,9 @@ class RewardResult:
     duration_s: float = 0.0
     image_name: str = ""
     patch: str = ""
+    task_sha256: str = ""
+    """The scored task's :attr:`~taskforge.task.Task.grading_sha256`: the version of the task the
+    verdict is about, which a resumed ``taskforge score`` compares before reusing it."""
     scored_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
@@ -124,6 +127,7 @@ class RewardResult:
             "test_s": round(self.test_s, 4),
             "total_s": round(self.duration_s, 4),
             "image_name": self.image_name,
+            "task_sha256": self.task_sha256,
             "scorer_version": SCORER_VERSION,
             "taskforge_version": __version__,
             "scored_at": self.scored_at,

@@ -294,7 +294,7 @@ class Scorer:
             raise ValueError(f"unknown reward mode {mode!r}; known: {', '.join(MODES)}")
         started = time.monotonic()
         result = RewardResult(instance_id=task.instance_id, candidate_id=candidate_id, reward=0.0, mode=mode,
-                              status="ok", image_name=task.image_name, patch=patch,
+                              status="ok", image_name=task.image_name, patch=patch, task_sha256=task.grading_sha256,
                               fail_to_pass=dict.fromkeys(task.FAIL_TO_PASS, "not_run"),
                               pass_to_pass=dict.fromkeys(task.PASS_TO_PASS, "not_run"))
         with self._slots:

@@ -115,11 +115,12 @@ def candidate_key(candidate_id: str, patch: str) -> str:
 
 def public_result(result: RewardResult) -> dict[str, Any]:
     """A result as the service answers it: ``to_json()`` with ``patch_sha256`` instead of ``patch``,
-    and without ``canaries_passed`` (mining's gate reads it; a client of an earlier version would
-    refuse a field it does not know)."""
+    and without ``canaries_passed`` (mining's gate reads it) and ``task_sha256`` (the stored row's):
+    a client of an earlier version would refuse a field it does not know."""
     data = result.to_json()
     data["patch_sha256"] = hashlib.sha256(data.pop("patch").encode()).hexdigest()
     data.pop("canaries_passed", None)
+    data.pop("task_sha256", None)
     return data
 
 

@@ -25,12 +25,19 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.datasets import read_rows, read_tasks
+from taskforge.datasets import (
+    TASKS,
+    DatasetWriter,
+    read_manifest,
+    read_rows,
+    read_tasks,
+    run_versions,
+)
 from taskforge.repo.symbols import build_index
 from taskforge.sandbox import SandboxLimits
 from taskforge.scoring.scorer import Scorer
 from taskforge.scoring.verdict import task_canaries
-from taskforge.task import is_doctest_id
+from taskforge.task import Task, is_doctest_id
 
 pytestmark = pytest.mark.docker
 
@@ -264,6 +271,29 @@ def test_a_top_level_module_is_indexed_like_a_package(tmp_path_factory, session_
     row = next(line for line in text.splitlines() if line.startswith("| ") and "onefile" in line)
     assert f"| {summary['candidates']} | {summary['attempted']} | {tasks} | {tasks} |" in row
     assert "candidates ran out" in row  # below the target of 10: the cause is given
+
+    # A task changes under its instance_id, as when its source is mined again with --replace:
+    # resumed runs check it again instead of reusing the verdicts on the version before.
+    [shard] = read_manifest(out).shards
+    rows = read_rows(out)
+    changed = rows[0]["instance_id"]
+    rows[0] = {**rows[0], "PASS_TO_PASS": rows[0]["PASS_TO_PASS"][1:]}
+    with DatasetWriter(out, kind=TASKS, recipe=read_manifest(out).recipe, versions=run_versions()) as writer:
+        writer.rewrite(shard.name, rows)
+    again = _cli("validate", str(out), "--report", str(validation), cache=session_cache)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert f"{tasks - 1} task(s) already in" in again.stderr and "1 task(s) in" in again.stderr
+    assert json.loads(validation.read_text())[changed]["task_sha256"] == Task.from_row(rows[0]).grading_sha256
+    rescored = _cli("score", "--tasks", str(out), "--gold", "--empty", "--out", str(rewards), cache=session_cache)
+    assert rescored.returncode == 0, rescored.stderr[-3000:]
+    assert "2 candidate(s) in" in rescored.stderr and "scored again (task changed): 2" in rescored.stdout
+    assert f"{rewards}: {2 * tasks} reward rows" in rescored.stdout
+    stored = {(r["instance_id"], r["candidate_id"]): r for r in read_rows(rewards)}
+    assert {stored[(changed, c)]["task_sha256"] for c in ("gold", "empty")} == {Task.from_row(rows[0]).grading_sha256}
+    assert [r.reason for r in read_manifest(rewards).retracted] == ["2 row(s) scored against another version of their task"]
+    made = _cli("report", str(out), "--validation", str(validation), "--rewards", str(rewards), "--out", str(report),
+                cache=session_cache)
+    assert made.returncode == 0 and f"gold 1.0 on {tasks} of {tasks}, empty 0.0 on {tasks} of {tasks}" in report.read_text()
 
 
 def test_a_source_module_selected_for_its_doctests_is_no_test_module(hazard, backend) -> None:  # type: ignore[no-untyped-def]

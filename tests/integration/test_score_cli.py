@@ -52,7 +52,7 @@ def test_score_writes_reward_rows_reports_unknown_tasks_and_resumes(sample: Path
     assert summary[0] == "scored 5 candidate(s) for 3 task(s): mean reward 0.800"
     assert summary[1] == "status: ok 5"
     assert "  gold: 3 scored, mean reward 1.000" in summary and "  model-a: 2 scored, mean reward 0.500" in summary
-    assert "unknown instance_id: 1; already scored: 0; repeated: 0" in summary
+    assert "unknown instance_id: 1; already scored: 0; scored again (task changed): 0; repeated: 0" in summary
     assert summary[-1] == f"{out}: 5 reward rows"
 
     rows = {(r["instance_id"], r["candidate_id"]): r for r in datasets.open(out).to_table().to_pylist()}

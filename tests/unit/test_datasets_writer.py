@@ -395,3 +395,56 @@ def test_the_folder_gets_a_card_naming_its_shards_and_keeps_someone_elses(tmp_pa
     with _writer(tmp_path):
         pass
     assert (tmp_path / CARD).read_text() == "# my own notes\n"  # someone else's: left alone
+
+
+def test_dropped_rows_leave_their_shards_whose_other_rows_stay_and_a_kill_loses_nothing(tmp_path: Path,
+                                                                                         monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``DatasetWriter.drop``: the rows a resumed ``taskforge score`` finds stale go, the rest of
+    their shards stay in a new one; a kill before the manifest leaves the folder as it was, after
+    it the next writer finishes the renames and deletions."""
+    tasks = task_rows(30)
+    rewards = reward_rows(tasks, candidates=("gold", "empty"))  # 60 rows, two shards of 40 and 20
+
+    def open_rewards() -> DatasetWriter:
+        return DatasetWriter(tmp_path, kind=REWARDS, recipe={}, versions=run_versions(), config=SMALL)
+
+    with open_rewards() as writer:
+        writer.write(rewards, prefix="rewards")
+    before = read_manifest(tmp_path).shards
+    stale = {REWARDS.key_of(r) for r in rewards[3:5]}  # both in the first shard
+
+    real_replace = os.replace
+
+    def dying_replace(src, dst):  # type: ignore[no-untyped-def]
+        if str(src).endswith(".next"):
+            raise KeyboardInterrupt("killed between the manifest and the renames")
+        return real_replace(src, dst)
+
+    with open_rewards() as writer:  # killed before the manifest: nothing changed
+        monkeypatch.setattr("taskforge.datasets.writer.write_manifest",
+                            lambda *_: (_ for _ in ()).throw(KeyboardInterrupt("killed before the manifest")))
+        with pytest.raises(KeyboardInterrupt):
+            writer.drop(stale, reason="stale", prefix="rewards")
+        monkeypatch.undo()
+    assert read_manifest(tmp_path).shards == before and not read_manifest(tmp_path).retracted
+    assert read_rows(tmp_path) == rewards
+    with open_rewards() as writer:
+        assert writer.column("task_sha256") == {REWARDS.key_of(r): r["task_sha256"] for r in rewards}
+        monkeypatch.setattr("taskforge.datasets.writer.os.replace", dying_replace)
+        with pytest.raises(KeyboardInterrupt):
+            writer.drop(stale, reason="stale", prefix="rewards")
+        monkeypatch.undo()
+    with pytest.raises(TaskforgeError):  # committed; the new shard is still pending
+        verify(tmp_path)
+    with open_rewards() as writer:
+        assert writer.keys == {REWARDS.key_of(r) for r in rewards} - stale
+        assert writer.drop(stale, reason="stale", prefix="rewards") == 0  # gone already
+    manifest = verify(tmp_path)
+    assert [s.name for s in manifest.shards] == ["rewards-00001.parquet", "rewards-00002.parquet"]
+    assert [(r.shard.name, r.reason) for r in manifest.retracted] == [("rewards-00000.parquet", "stale")]
+    assert not (tmp_path / "rewards-00000.parquet").exists()
+    kept = [r for r in rewards if REWARDS.key_of(r) not in stale]
+    assert sorted(read_rows(tmp_path), key=REWARDS.key_of) == sorted(kept, key=REWARDS.key_of)
+    with open_rewards() as writer:  # the stale rows may be written again, scored anew
+        assert writer.write(rewards, prefix="rewards").written == 2
+    assert open_dataset(tmp_path).count_rows() == 60

@@ -15,7 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from taskforge.datasets import REWARDS, TASKS, DatasetWriter, read_manifest, run_versions
+from taskforge.datasets import (
+    REWARDS,
+    TASKS,
+    DatasetWriter,
+    read_manifest,
+    run_versions,
+)
 from taskforge.datasets.migrate import migrate
 from taskforge.datasets.reader import read_rows
 from taskforge.datasets.testing import reward_rows, task_rows
@@ -172,6 +178,31 @@ def test_a_migration_killed_after_its_commit_is_finished_by_the_next(tmp_path: P
     assert {r["instance_id"]: r for r in read_rows(folder)} == {r["instance_id"]: r for r in rows}
 
 
+def test_migrate_brings_a_v2_reward_folder_to_v3_with_the_task_version_unknown(tmp_path: Path) -> None:
+    rows = reward_rows(task_rows(6, seed=2), candidates=("gold", "empty", "rollout-1"))
+    folder = tmp_path / "rewards"
+    with DatasetWriter(folder, kind=REWARDS, recipe={"command": "score"}, versions=run_versions()) as writer:
+        writer.write(rows, prefix="rewards-score")
+    v2 = pa.schema([f for f in REWARDS.schema() if f.name != "task_sha256"],
+                   metadata={b"taskforge.schema": b"reward", b"taskforge.schema_version": b"2"})
+    for shard in read_manifest(folder).shards:  # as version 2 wrote it: no task_sha256
+        pq.write_table(pq.read_table(folder / shard.name).select(v2.names).cast(v2), folder / shard.name)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    from taskforge.datasets.manifest import sha256_file
+
+    manifest["schema_version"] = 2
+    for shard in manifest["shards"]:
+        shard["sha256"] = sha256_file(folder / shard["name"])
+        shard["bytes"] = (folder / shard["name"]).stat().st_size
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(TaskforgeError, match="run `taskforge migrate"):
+        read_rows(folder)
+    done = taskforge("migrate", str(folder))
+    assert done.returncode == 0, done.stderr
+    assert "v2 -> v3, 18 rows in 1 shard(s)" in done.stdout
+    assert read_rows(folder) == [{**row, "task_sha256": ""} for row in rows]
+
+
 def test_rate_writes_solve_rates_beside_the_record(tmp_path: Path) -> None:
     folder = tmp_path / "tasks"
     rows = task_rows(12, seed=5)
@@ -179,15 +210,17 @@ def test_rate_writes_solve_rates_beside_the_record(tmp_path: Path) -> None:
         writer.write(rows, prefix="tasks-demo-s0")
     rewards = reward_rows(rows, candidates=("gold", "empty", "rollout-1", "rollout-2", "rollout-3"))
     rewards[-1] = {**rewards[-1], "status": "infra_error", "reward": 0.0}  # not the solver's doing: not counted
+    rewards[-2] = {**rewards[-2], "task_sha256": "0" * 64}  # another version of the task: not counted
     with DatasetWriter(folder / "rewards", kind=REWARDS, recipe={}, versions=run_versions()) as writer:
         writer.write(rewards, prefix="rewards-s0")
     done = taskforge("rate", str(folder))
     assert done.returncode == 0, done.stderr
-    assert "12 of 12 tasks rated from 35 rollouts" in done.stdout
+    assert "12 of 12 tasks rated from 34 rollouts" in done.stdout
     rated = {r["instance_id"]: r for r in read_rows(folder)}
     for row in rows:
         mine = [r for r in rewards if r["instance_id"] == row["instance_id"]
-                and r["candidate_id"].startswith("rollout") and r["status"] != "infra_error"]
+                and r["candidate_id"].startswith("rollout") and r["status"] != "infra_error"
+                and r["task_sha256"] != "0" * 64]
         got = rated[row["instance_id"]]
         assert got["solve_attempts"] == len(mine)
         assert got["solve_rate"] == pytest.approx(sum(r["reward"] == 1.0 for r in mine) / len(mine))
@@ -198,7 +231,7 @@ def test_rate_writes_solve_rates_beside_the_record(tmp_path: Path) -> None:
     assert "difficulty bands" in shown.stdout and "measured solve rates" in shown.stdout
     assert "difficulty estimate by strategy" in shown.stdout
     missing = taskforge("rate", str(tmp_path / "tasks" / "rewards"), "--rewards", str(folder))
-    assert missing.returncode != 0 and "holds" in (missing.stdout + missing.stderr)
+    assert missing.returncode != 0 and "[wrong_kind]" in (missing.stdout + missing.stderr)
 
 
 def test_the_sample_dataset_is_current_and_its_record_is_the_rows(tmp_path: Path) -> None:
