@@ -57,6 +57,11 @@ def failing(run: RunResult, tests: Sequence[str]) -> set[str]:
     return {t for t in tests if t not in run.results or run.results[t].outcome != "passed"}
 
 
+ROUNDS = 3
+"""Rounds of :func:`check_fast` (and of :func:`check_naive`'s start state): the first, one for
+the tests and dead files the full run shows, one for a file that imported a file gone whole."""
+
+
 def uncollectable(run: RunResult, tests: Sequence[str]) -> set[str]:
     """Of ``tests``, those in modules (or classes) that failed to collect in ``run``."""
     locations = [e.location for e in run.collection_errors]
@@ -227,13 +232,19 @@ def check_fast(
 
     When the full run shows tests that the removal breaks but coverage did not tie to the feature
     (a test module that imports it, a test that reaches it through a subprocess), they join the
-    affected tests and the checks run once more, instead of the candidate being rejected.
+    affected tests and the checks run once more, instead of the candidate being rejected; so do
+    test files the start state leaves uncollectable (:func:`dead_files`), which then go whole.
+    Hiding a file whole can break a file that imports it, so there are up to :data:`ROUNDS`
+    rounds, and the modules a round found broken stay broken in the next: the removal is the
+    same, but a round's runs collect only the files of the tests it knows of (the first, whose
+    tests may all be in a file the removal deleted, collects the whole suite).
     """
     timings: dict[str, list[float]] = {"affected_s": [], "start_state_s": []}
     importable = [m for m in ctx.baseline.importable if m not in removed_modules(removal, ctx.index)]
     tests = list(candidate.tests)
     dead: set[str] = set()
-    for round_ in range(2):
+    broken_before: set[str] = set()
+    for round_ in range(ROUNDS):
         failing_sets: list[set[str]] = []
         broken_modules: set[str] = set()
         runs = runner.run_repeated(
@@ -251,8 +262,10 @@ def check_fast(
             if run.status in ("timeout", "oom", "crashed"):
                 return Rejected(RejectReason(f"affected_{run.status}"), run_detail(run))
             # A test module that no longer imports fails every test in it, selected or not.
-            failing_sets.append(failing(run, tests) | uncollectable(run, ctx.baseline.passing))
-            broken_modules = uncollectable(run, ctx.baseline.tests)
+            failing_sets.append(failing(run, tests) | uncollectable(run, ctx.baseline.passing) |
+                                (broken_before & set(ctx.baseline.passing)))
+            broken_modules = uncollectable(run, ctx.baseline.tests) | broken_before
+        broken_before = broken_modules
         decided = start_state(failing_sets, broken_modules, changes, ctx, dead)
         if isinstance(decided, Rejected):
             return decided
@@ -264,7 +277,7 @@ def check_fast(
             pass_to_pass, hidden = verdict
             return Checked(fail_to_pass=decided.fail_to_pass, pass_to_pass=pass_to_pass, hidden=hidden,
                             start_changes=decided.start_changes, timings=timings)
-        if round_ == 1 or verdict.reason not in ("breaks_other_tests", "start_state_collection_errors"):
+        if round_ == ROUNDS - 1 or verdict.reason not in ("breaks_other_tests", "start_state_collection_errors"):
             return verdict
         missed = {t for t, r in start.results.items() if r.outcome != "passed" and t in ctx.baseline.passing}
         missed |= uncollectable(start, ctx.baseline.passing)
@@ -273,7 +286,7 @@ def check_fast(
             return verdict
         tests = sorted(set(tests) | missed)
         dead |= newly_dead
-    raise AssertionError("unreachable: the second round always returns")
+    raise AssertionError("unreachable: the last round always returns")
 
 
 def import_rejection(run: RunResult) -> Rejected:
@@ -316,7 +329,7 @@ def check_naive(
         failing_sets.append(failing(run, ctx.baseline.passing))
         broken_modules = uncollectable(run, ctx.baseline.tests)
     dead: set[str] = set()
-    for _ in range(2):  # a test file the start state leaves broken goes whole, as in check_fast
+    for _ in range(ROUNDS):  # a test file the start state leaves broken goes whole, as in check_fast
         decided = start_state(failing_sets, broken_modules, changes, ctx, dead)
         if isinstance(decided, Rejected):
             return decided
