@@ -71,7 +71,7 @@ def score_command(tasks_dir: Path, predictions: Path | None, out_dir: Path, mode
             status(f"{plan.already} candidate(s) already scored in {out_dir}; skipped")
         if plan.stale:
             status(f"{len(plan.stale)} candidate(s) in {out_dir} were scored against another version of their task "
-                   "(mined again since): taken out and scored again")
+                   "(mined again since, or unknown: a row from before reward schema v3): taken out and scored again")
         if plan.repeated:
             status(f"{plan.repeated} prediction(s) repeat an (instance_id, candidate) pair; only the first is scored")
         progress = _ScoreProgress(len(plan.work))

@@ -182,7 +182,8 @@ def validate_tasks(
         if done:
             on_status(f"{done} task(s) already in {report}; not checked again")
         if stale := sum(1 for t in tasks if t.instance_id in results and not _holds(results, t)):
-            on_status(f"{stale} task(s) in {report} were checked in another version (mined again since); checked again")
+            on_status(f"{stale} task(s) in {report} were checked in another version (mined again since, or unknown: "
+                      "a report from before reports named it); checked again")
     for task in tasks:
         if not _holds(results, task):
             check = check_task(task, backend=backend, base=base)
