@@ -4,10 +4,12 @@ on the seed or on timing."""
 
 from __future__ import annotations
 
+import ast
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from taskforge.errors import TestRunError
 from taskforge.mining.outcome import RepoResult
@@ -17,7 +19,7 @@ from taskforge.repo.testfiles import TestLayout
 from taskforge.task import is_ambiguous_doctest_id
 
 __all__ = ["Baseline", "agreed_outcomes", "fork_disagreement", "hash_seeds", "measured_import_time", "run_baseline",
-           "run_timeout", "test_function"]
+           "run_timeout", "test_function", "timing_tests"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -37,7 +39,8 @@ class Baseline:
     seconds: float = 0.0
     """The slowest of the baseline's runs without busy neighbours: what a whole suite run takes."""
     load_sensitive: tuple[str, ...] = ()
-    """Tests whose outcome changed in a run beside busy processes (timing tests): in neither list."""
+    """Tests whose outcome changed in a run beside busy processes, or whose code times what it
+    tests (:func:`timing_tests`): in neither list."""
     marked_flaky: tuple[str, ...] = ()
     """Tests the project itself marks flaky (``@pytest.mark.flaky``, the flaky package's
     ``@flaky``; ``RunResult.marked_flaky``): in neither list, whatever the baseline saw."""
@@ -152,6 +155,10 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
         moved = {test_function(t) for t, outcome in agreed.items()
                  if t not in contended.results or contended.results[t].outcome != outcome}
         load_sensitive = {t for t in agreed if test_function(t) in moved}
+    # One busy run catches a timing test only when the load happens to tip it; a test that times
+    # what it tests (zipp's big-O checks, one of them not marked flaky) fails on some busy host
+    # sooner or later, whatever the baseline saw.
+    load_sensitive |= timing_tests(runner.snapshot.path, agreed)
     seen = set().union(*(run.results for run in fresh))
     # The parametrizations of one test function come from one parametrize call: if some of their
     # ids differ between seeds, the others only matched by chance (a set's order kept one element
@@ -217,3 +224,66 @@ def run_timeout(baseline_s: float, ceiling_s: float) -> float:
 def test_function(nodeid: str) -> str:
     """The node id without its parametrization: ``f.py::test_x[a-1]`` is ``f.py::test_x``."""
     return nodeid.split("[", 1)[0]
+
+
+TIMERS = frozenset({"big_o", "timeit", "perf_counter", "perf_counter_ns", "pytest_benchmark"})
+"""Names whose use in a test's code means the test times what it tests: a complexity fit
+(``big_o``), ``timeit``, the high-resolution clock (not ``time.time``, which tests read for
+timestamps too)."""
+
+
+def timing_tests(root: Path, nodeids: Iterable[str]) -> set[str]:
+    """Of ``nodeids``, the tests whose function, or a function or method of its module that it
+    calls by name, uses one of :data:`TIMERS`. Read from the source: a file that does not parse
+    contributes none."""
+    by_file: dict[str, list[str]] = {}
+    for nodeid in nodeids:
+        path, sep, _ = nodeid.partition("::")
+        if sep and path.endswith(".py"):
+            by_file.setdefault(path, []).append(nodeid)
+    found: set[str] = set()
+    for path, ids in by_file.items():
+        try:
+            tree = ast.parse((root / path).read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}  # name -> definitions
+        timed: dict[tuple[str, ...], bool] = {}  # qualified name -> times directly
+        for qualname, node in _functions(tree, ()):
+            functions.setdefault(qualname[-1], []).append(node)
+            timed[qualname] = _uses_timer(node)
+        timed_names = {name for name, nodes in functions.items() if any(_uses_timer(n) for n in nodes)}
+        for qualname, node in _functions(tree, ()):
+            if timed[qualname] or _calls(node) & timed_names:
+                prefix = "::".join(qualname)
+                found |= {i for i in ids if test_function(i).partition("::")[2] == prefix}
+    return found
+
+
+def _functions(node: ast.AST, scope: tuple[str, ...]) -> Iterable[tuple[tuple[str, ...], ast.FunctionDef | ast.AsyncFunctionDef]]:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield (*scope, child.name), child
+        elif isinstance(child, ast.ClassDef):
+            yield from _functions(child, (*scope, child.name))
+
+
+def _uses_timer(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and sub.id in TIMERS or isinstance(sub, ast.Attribute) and sub.attr in TIMERS:
+            return True
+        if isinstance(sub, ast.alias) and sub.name.split(".")[0] in TIMERS:
+            return True
+    return False
+
+
+def _calls(node: ast.AST) -> set[str]:
+    """Names the function calls: ``f(...)`` and ``self.f(...)``/``cls.f(...)``."""
+    names = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            if isinstance(sub.func, ast.Name):
+                names.add(sub.func.id)
+            elif isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Name):
+                names.add(sub.func.attr)
+    return names

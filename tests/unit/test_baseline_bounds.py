@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from taskforge.mining.baseline import run_timeout
+from taskforge.mining.baseline import run_timeout, timing_tests
 
 
 def test_a_run_may_take_five_times_the_whole_suite_within_the_ceiling() -> None:
@@ -12,3 +12,50 @@ def test_a_run_may_take_five_times_the_whole_suite_within_the_ceiling() -> None:
     # The configured ceiling stays the ceiling, for a slow suite and for a tight recipe.
     assert run_timeout(1000.0, 1800.0) == 1800.0
     assert run_timeout(2.0, 30.0) == 30.0
+
+
+def test_tests_that_time_what_they_test_are_found_in_their_source(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A complexity fit, timeit or the high-resolution clock in a test, or in a helper of its
+    module that it calls, makes it a timing test; reading ``time.time`` for a timestamp does not."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_speed.py").write_text('''
+import time
+import timeit
+
+import big_o
+
+
+def linear(f):
+    return timeit.timeit(f, number=10) < 1.0
+
+
+class TestSpeed:
+    def test_fit(self):
+        best, _ = big_o.big_o(len, big_o.datagen.n_, max_n=100)
+        assert best <= big_o.complexities.Linear
+
+    def test_through_a_helper(self):
+        assert self.quick()
+
+    def quick(self):
+        start = time.perf_counter()
+        return time.perf_counter() - start < 1
+
+
+def test_helper_of_the_module(n):
+    assert linear(lambda: sum(range(n)))
+
+
+def test_a_timestamp():
+    assert time.time() > 0
+
+
+def test_plain():
+    assert 1 + 1 == 2
+''')
+    (tmp_path / "tests" / "test_broken.py").write_text("def test_x(:\n")
+    ids = ["tests/test_speed.py::TestSpeed::test_fit", "tests/test_speed.py::TestSpeed::test_through_a_helper",
+           "tests/test_speed.py::test_helper_of_the_module[1]", "tests/test_speed.py::test_helper_of_the_module[2]",
+           "tests/test_speed.py::test_a_timestamp", "tests/test_speed.py::test_plain", "tests/test_broken.py::test_x",
+           "docs/index.rst::index.rst"]
+    assert timing_tests(tmp_path, ids) == set(ids[:4])
