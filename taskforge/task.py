@@ -45,8 +45,11 @@ def is_ambiguous_doctest_id(nodeid: str, *, test_module: bool) -> bool:
 
 
 _GRADED = ("instance_id", "base_commit", "patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS", "hidden_tests",
-           "image_name", "environment")
-"""The Task fields :attr:`Task.grading_sha256` covers, with the canaries of ``validation``."""
+           "environment")
+"""The Task fields :attr:`Task.grading_sha256` covers, with the parts of ``validation`` the scorer
+reads (:data:`_GRADED_VALIDATION`). Not ``image_name``: where the task runs, which an export with
+per-task images renames; the environment record says what the image holds."""
+_GRADED_VALIDATION = ("canaries", "test_layout")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,18 +100,19 @@ class Task:
     @property
     def grading_sha256(self) -> str:
         """sha256 (hex) of everything a verdict on this task depends on: its id, the start state
-        (``base_commit``), the gold patch, the hidden tests, both lists, the image, the environment
-        record and the calibrated canaries. Mining a source again (``--again --replace``) can
-        write a task under the same instance_id with some of these changed; a verdict stored
-        against another digest (a reward row's ``task_sha256``, an entry of a validation report)
-        is stale, and resumed runs check the task again rather than reuse it."""
+        (``base_commit``), the gold patch, the hidden tests, both lists, the environment record,
+        the calibrated canaries and the test layout the tamper rules follow. Mining a source
+        again (``--again --replace``) can write a task under the same instance_id with some of
+        these changed; a verdict stored against another digest (a reward row's ``task_sha256``,
+        an entry of a validation report) is stale, and resumed runs check the task again rather
+        than reuse it."""
         try:
             validation = json.loads(self.validation or "{}")
         except ValueError:
             validation = {}
-        canaries = validation.get("canaries") or [] if isinstance(validation, dict) else []
         graded = {key: getattr(self, key) for key in _GRADED}
-        graded["canaries"] = canaries
+        for key in _GRADED_VALIDATION:
+            graded[key] = (validation.get(key) or None) if isinstance(validation, dict) else None
         return hashlib.sha256(json.dumps(graded, sort_keys=True, default=list).encode()).hexdigest()
 
     def to_row(self) -> dict[str, Any]:

@@ -53,15 +53,22 @@ def inspect_command(directory: Path, plots_dir: Path | None, rejections: bool) -
 @one_line_errors
 def migrate_command(directory: Path) -> None:
     """Bring the dataset folder DIRECTORY, written by an older schema version, to the current one,
-    in place and atomically (task rows v2 -> v3 gain the difficulty record, computed from each row).
-    A folder that is current is left as it is."""
+    in place and atomically (task rows v2 -> v3 gain the difficulty record, computed from each row;
+    reward rows v2 -> v3 gain task_sha256, unknown). A task folder's rewards/ folder, which
+    `taskforge inspect` reads, is migrated with it. A folder that is current is left as it is."""
+    from taskforge.datasets.manifest import MANIFEST
     from taskforge.datasets.migrate import migrate
+    from taskforge.datasets.stats import REWARDS_DIR
 
-    done = migrate(directory)
-    if done.before == done.after:
-        click.echo(f"{directory}: schema v{done.after} is current; nothing to do")
-    else:
-        click.echo(f"{directory}: v{done.before} -> v{done.after}, {done.rows} rows in {done.shards} shard(s)")
+    folders = [directory]
+    if (directory / REWARDS_DIR / MANIFEST).is_file():
+        folders.append(directory / REWARDS_DIR)
+    for folder in folders:
+        done = migrate(folder)
+        if done.before == done.after:
+            click.echo(f"{folder}: schema v{done.after} is current; nothing to do")
+        else:
+            click.echo(f"{folder}: v{done.before} -> v{done.after}, {done.rows} rows in {done.shards} shard(s)")
 
 
 @click.command("rate")

@@ -211,8 +211,9 @@ def _follow(directory: Path, address: str, *, poll_s: float, once: bool) -> None
 @click.command("validate")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write each task's result as JSON (instance_id: ok, problems), for `taskforge report`. "
-              "Tasks it already holds are not checked again: a long validation resumes where it stopped.")
+              help="Also write each task's result as JSON (instance_id: ok, problems, task_sha256), for `taskforge "
+              "report`. Tasks it already holds, in the same version (task_sha256), are not checked again: a long "
+              "validation resumes where it stopped, and a task mined again since is checked again.")
 @one_line_errors
 def validate_command(directory: Path, report_path: Path | None) -> None:
     """Validate every task in DIRECTORY again, from scratch, in fresh containers."""

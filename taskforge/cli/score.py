@@ -41,7 +41,8 @@ def score_command(tasks_dir: Path, predictions: Path | None, out_dir: Path, mode
     tampering scores 0) and stored as a reward row keyed by (instance_id, candidate_id), the
     candidate being the prediction's model_name_or_path. Running again resumes: pairs already in
     OUT are skipped, unless the row was scored against another version of the task (mined again
-    since): that row is taken out and the pair scored again. A prediction for an unknown instance_id is reported and counted, not scored.
+    since, or unknown: a row migrated from reward schema v2): the pair is scored again and its new
+    row replaces the old one. A prediction for an unknown instance_id is reported and counted, not scored.
     """
     from collections import Counter
 

@@ -66,19 +66,26 @@ def rate(directory: Path, reward_dirs: Iterable[Path]) -> Rated:
     """Write the solve rates measured in ``reward_dirs`` into the task rows of ``directory``."""
     import pyarrow.parquet as pq
 
-    from taskforge.datasets.reader import read_tasks
+    from taskforge.task import Task
 
-    counts = solve_counts(reward_dirs, {t.instance_id: t.grading_sha256 for t in read_tasks(directory)})
+    reward_dirs = list(reward_dirs)
+    for folder, wanted in ((directory, "tasks"), *((d, "rewards") for d in reward_dirs)):
+        if (kind := read_manifest(folder).kind) != wanted:
+            raise TaskforgeError(f"{folder} holds {kind}, not {wanted}", reason="wrong_kind")
     tasks = rated = attempts = shards = 0
+    # Opening the writer first finishes a rewrite a killed run left, and holds the folder while the
+    # task versions are read and the rates written.
     with DatasetWriter(directory, kind=TASKS, recipe=read_manifest(directory).recipe, versions=run_versions()) as writer:
-        for shard in list(writer.manifest.shards):
-            rows = pq.read_table(directory / shard.name).to_pylist()
+        listed = {shard.name: pq.read_table(directory / shard.name).to_pylist() for shard in writer.manifest.shards}
+        counts = solve_counts(reward_dirs, {row["instance_id"]: Task.from_row(row).grading_sha256
+                                            for rows in listed.values() for row in rows})
+        for name, rows in listed.items():
             updated = [_rated(row, counts.get(row["instance_id"])) for row in rows]
             tasks += len(rows)
             rated += sum(1 for row in updated if row["solve_attempts"])
             attempts += sum(row["solve_attempts"] for row in updated)
             if updated != rows:
-                writer.rewrite(shard.name, updated)
+                writer.rewrite(name, updated)
                 shards += 1
     return Rated(tasks=tasks, rated=rated, attempts=attempts, shards=shards)
 

@@ -114,8 +114,8 @@ def check_listed(directory: Path, manifest: Manifest, *, digests: bool = True) -
     kind = get_kind(manifest.kind)
     for shard in manifest.shards:
         path = directory / shard.name
-        pending = (" (a rewrite of it was interrupted; open the folder for writing again, e.g. rerun the command, "
-                   "to finish it)") if (directory / f".{shard.name}.next").exists() else ""
+        pending = (" (a rewrite of it, or a drop of rows, was interrupted; open the folder for writing again, e.g. "
+                   "rerun the command, to finish it)") if (directory / f".{shard.name}.next").exists() else ""
         if not path.is_file():
             raise TaskforgeError(f"shard {path} is listed in the manifest but missing{pending}", reason="missing_shard")
         size = path.stat().st_size

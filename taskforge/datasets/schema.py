@@ -96,7 +96,7 @@ _REWARD_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("total_s", "float64", "Seconds the whole scoring took."),
     ("image_name", "string", "Docker image the candidate was scored in."),
     ("task_sha256", "string", "The version of the task scored: sha256 of its start state, gold patch, hidden tests, "
-     "lists, image, environment and canaries (Task.grading_sha256); empty in rows migrated from v2."),
+     "lists, environment, canaries and test layout (Task.grading_sha256); empty in rows migrated from v2."),
     ("scorer_version", "string", "Version of the scorer's rules."),
     ("taskforge_version", "string", "taskforge version that scored."),
     ("scored_at", "timestamp[us, UTC]", "When the candidate was scored."),

@@ -62,7 +62,7 @@ class Distribution:
 
 @dataclass(kw_only=True, slots=True)
 class RewardSummary:
-    """The reward rows of a task folder."""
+    """The reward rows of a task folder that scored its tasks as they are."""
 
     rows: int
     tasks: int
@@ -73,6 +73,9 @@ class RewardSummary:
     tampered: int
     reward: Distribution
     total_s: Distribution
+    other: int = 0
+    """Rows left out: they scored another version of their task (``task_sha256``), or a task the
+    folder no longer holds."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -121,13 +124,15 @@ def _audit_status(audit: str) -> tuple[str, bool, float]:
     return ("clean" if data["clean"] else "findings"), bool(data.get("image_scanned")), float(data["seconds"])
 
 
-def _rewards(directory: Path) -> RewardSummary | None:
+def _rewards(directory: Path, versions: dict[str, str]) -> RewardSummary | None:
     from taskforge.datasets.reader import open as open_dataset
 
     if not (directory / MANIFEST).exists():
         return None
-    columns = ["instance_id", "candidate_id", "reward", "status", "tampered", "total_s"]
-    table = open_dataset(directory).to_table(columns=columns).to_pydict()
+    columns = ["instance_id", "candidate_id", "reward", "status", "tampered", "total_s", "task_sha256"]
+    everything = open_dataset(directory).to_table(columns=columns).to_pydict()
+    keep = [versions.get(i) == v for i, v in zip(everything["instance_id"], everything["task_sha256"], strict=True)]
+    table = {c: [x for x, k in zip(everything[c], keep, strict=True) if k] for c in columns}
     by: dict[str, list[float]] = {}
     for candidate, reward in zip(table["candidate_id"], table["reward"], strict=True):
         by.setdefault(candidate, []).append(reward)
@@ -139,6 +144,7 @@ def _rewards(directory: Path) -> RewardSummary | None:
         tampered=sum(table["tampered"]),
         reward=Distribution(label="reward", values=tuple(table["reward"])),
         total_s=Distribution(label="scoring time (s)", values=tuple(table["total_s"])),
+        other=keep.count(False),
     )
 
 
@@ -147,7 +153,7 @@ def summarize(directory: Path | str) -> Summary:
     import pyarrow.compute as pc
 
     from taskforge.datasets.reader import open as open_dataset
-    from taskforge.datasets.reader import verify
+    from taskforge.datasets.reader import read_tasks, verify
 
     directory = Path(directory)
     manifest = verify(directory)
@@ -179,7 +185,8 @@ def summarize(directory: Path | str) -> Summary:
                                   values=tuple(_validation_seconds(v) for v in data["validation"])),
         audit=audit,
         audit_s=Distribution(label="audit time (s)", values=tuple(s for status, _, s in audits if status != "not audited")),
-        rewards=_rewards(directory / REWARDS_DIR),
+        rewards=_rewards(directory / REWARDS_DIR, {t.instance_id: t.grading_sha256 for t in read_tasks(directory)}
+                         if (directory / REWARDS_DIR / MANIFEST).exists() else {}),
     )
     summary.difficulty, summary.bands = _difficulty(data)
     summary.distributions = [summary.fail_to_pass, summary.pass_to_pass, summary.lines_removed,
@@ -264,7 +271,9 @@ def render(summary: Summary) -> str:
     if r is None:
         parts.append(f"rewards: none (no {REWARDS_DIR}/ folder)")
     else:
-        parts.append(_table(f"rewards: {r.rows} rows for {r.tasks} tasks, {r.tampered} tampered",
+        other = (f" ({r.other} more scored another version of their task, or a task no longer here: left out)"
+                 if r.other else "")
+        parts.append(_table(f"rewards: {r.rows} rows for {r.tasks} tasks, {r.tampered} tampered{other}",
                             ["candidate", "rows", "mean reward", "reward 1"],
                             [[c, n, f"{mean:.3f}", f"{solved:.0%}"] for c, (n, mean, solved) in r.by_candidate.items()]))
         parts.append(_table("reward status", ["status", "rows"], sorted(r.status.items())))

@@ -5,8 +5,9 @@ The candidates are predictions (SWE-bench's ``instance_id``, ``model_patch``,
 (candidate ``empty``). Each is stored under its reward key (``REWARDS.key_of``: instance_id and
 candidate id); a key the folder already holds is not scored again, so an interrupted run resumes,
 unless its row was scored against another version of the task (``task_sha256`` is not the task's
-:attr:`~taskforge.task.Task.grading_sha256`: the source was mined again, say). Such a row is
-taken out of the folder (``DatasetWriter.drop``, recorded as a retraction) and scored again.
+:attr:`~taskforge.task.Task.grading_sha256`: the source was mined again, say). Such a candidate
+is scored again, and its new row replaces the old one (``RewardSink``: the old row is taken out
+with ``DatasetWriter.drop``, recorded as a retraction).
 """
 
 from __future__ import annotations
@@ -98,15 +99,11 @@ def score_candidates(
     on_result: Callable[[RewardResult], None] = lambda _: None,
 ) -> tuple[list[RewardResult], int]:
     """Score ``plan_for(stored)`` into the reward folder ``out_dir``, ``stored`` being the key →
-    ``task_sha256`` of every row it holds; the plan's stale rows are taken out first, and each
-    result is stored as it comes. Returns the results and the number of rows the folder holds
-    after."""
+    ``task_sha256`` of every row it holds; each result is stored as it comes, in place of a stale
+    row of its key. Returns the results and the number of rows the folder holds after."""
     recipe = {"command": "score", "mode": mode, "scorer_version": SCORER_VERSION}
     with RewardSink(out_dir, recipe=recipe, prefix="rewards-score", flush_rows=256, flush_s=60.0) as sink:
-        plan = plan_for(sink.writer.column("task_sha256"))
-        if plan.stale:
-            sink.writer.drop(plan.stale, prefix=sink.prefix,
-                             reason=f"{len(plan.stale)} row(s) scored against another version of their task")
+        plan = plan_for(dict(sink.versions))
         on_plan(plan)
 
         def stored(result: RewardResult) -> None:

@@ -170,7 +170,9 @@ class RewardSink:
     """Reward rows stored in a dataset folder in small shards as results arrive; thread-safe.
 
     The folder is opened with ``DatasetWriter`` (kind REWARDS), so it resumes: ``keys`` holds the
-    (instance_id, candidate_id) keys already stored, and a row whose key is there is skipped.
+    (instance_id, candidate_id) keys already stored, and a row whose key is there is skipped,
+    unless the stored row scored another version of the task (``versions``): that row is taken
+    out (``DatasetWriter.drop``, a retraction in the manifest) and the new one stored.
     A background thread flushes rows that have waited ``flush_s``.
     """
 
@@ -184,6 +186,10 @@ class RewardSink:
         self.flush_s = flush_s
         self.writer = DatasetWriter(directory, kind=REWARDS, recipe=recipe,
                                     versions=run_versions(scorer_version=SCORER_VERSION))
+        self.versions: dict[str, str] = self.writer.column("task_sha256")
+        """Key → ``task_sha256`` of every row stored."""
+        self.replaced = 0
+        """Stored rows of another version of their task that new rows replaced."""
         self.written = 0
         """Rows written as new by this sink."""
         self.skipped = 0
@@ -225,12 +231,25 @@ class RewardSink:
         rows, self._rows = self._rows, []
         if not rows:
             return
+        from taskforge.datasets import REWARDS
+
+        keys = [REWARDS.key_of(row) for row in rows]
+        stale = {k for k, row in zip(keys, rows, strict=True)
+                 if k in self.versions and self.versions[k] != row["task_sha256"]}
         try:
+            if stale:
+                self.writer.drop(stale, prefix=self.prefix,
+                                 reason=f"{len(stale)} row(s) scored again against another version of their task")
             written = self.writer.write(rows, prefix=self.prefix)
         except BaseException:
             # The writer has taken the keys of rows it could not write: they cannot be tried again.
             self.failed += len(rows)
             raise
+        for key, row in zip(keys, rows, strict=True):
+            self.versions.setdefault(key, row["task_sha256"])
+            if key in stale:
+                self.versions[key] = row["task_sha256"]
+        self.replaced += len(stale)
         self.written += written.written
         self.skipped += written.skipped
 

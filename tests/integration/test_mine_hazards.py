@@ -290,7 +290,8 @@ def test_a_top_level_module_is_indexed_like_a_package(tmp_path_factory, session_
     assert f"{rewards}: {2 * tasks} reward rows" in rescored.stdout
     stored = {(r["instance_id"], r["candidate_id"]): r for r in read_rows(rewards)}
     assert {stored[(changed, c)]["task_sha256"] for c in ("gold", "empty")} == {Task.from_row(rows[0]).grading_sha256}
-    assert [r.reason for r in read_manifest(rewards).retracted] == ["2 row(s) scored against another version of their task"]
+    retracted = read_manifest(rewards).retracted
+    assert retracted and all("scored again against another version of their task" in r.reason for r in retracted)
     made = _cli("report", str(out), "--validation", str(validation), "--rewards", str(rewards), "--out", str(report),
                 cache=session_cache)
     assert made.returncode == 0 and f"gold 1.0 on {tasks} of {tasks}, empty 0.0 on {tasks} of {tasks}" in report.read_text()

@@ -26,6 +26,10 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
         w.write(rows, prefix="tasks")
     with DatasetWriter(out / REWARDS_DIR, kind=REWARDS, recipe={}, versions=run_versions()) as w:
         w.write(reward_rows(ROWS[:20], candidates=("gold", "empty", "model")), prefix="rewards")
+        # Rows of another version of a task (mined again since), and of a task no longer here.
+        w.write([{**row, "task_sha256": "0" * 64} for row in reward_rows(ROWS[:2], candidates=("older",))]
+                + reward_rows([{**ROWS[0], "instance_id": "gone__body-f-0000000000"}], candidates=("gold",)),
+                prefix="rewards")
     return out
 
 
@@ -42,7 +46,8 @@ def test_summary_counts_match_the_rows(folder: Path) -> None:
     assert summary.audit["findings"] == flagged and summary.audit["not audited"] == 1
     assert summary.audit["clean"] == 59 - flagged and summary.audit_s.count == 59
     rewards = summary.rewards
-    assert rewards is not None and rewards.rows == 60 and rewards.tasks == 20
+    assert rewards is not None and rewards.rows == 60 and rewards.tasks == 20 and rewards.other == 3
+    assert "older" not in rewards.by_candidate
     assert rewards.by_candidate["gold"] == (20, 1.0, 1.0) and rewards.by_candidate["empty"] == (20, 0.0, 0.0)
     assert rewards.tampered == rewards.status["tampered"]
 
@@ -50,7 +55,8 @@ def test_summary_counts_match_the_rows(folder: Path) -> None:
 def test_render_prints_every_table(folder: Path) -> None:
     text = render(summarize(folder))
     for heading in ("tasks per repository", "tasks per strategy", "FAIL_TO_PASS tests", "lines removed",
-                    "validation time (s)", "audit", "rewards: 60 rows for 20 tasks", "reward status"):
+                    "validation time (s)", "audit", "rewards: 60 rows for 20 tasks", "reward status",
+                    "(3 more scored another version of their task, or a task no longer here: left out)"):
         assert heading in text
     mean = statistics.fmean(len(r["FAIL_TO_PASS"]) for r in ROWS)
     assert f"{mean:.3g}" in text.split("FAIL_TO_PASS tests", 1)[1].splitlines()[0]

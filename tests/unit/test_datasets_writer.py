@@ -301,7 +301,7 @@ def test_an_interrupted_rewrite_is_finished_or_dropped(tmp_path: Path) -> None:
     # writer finishes the rename.
     (tmp_path / name).write_bytes(old)
     (tmp_path / f".{name}.next").write_bytes(new)
-    with pytest.raises(TaskforgeError, match="rewrite of it was interrupted") as err:
+    with pytest.raises(TaskforgeError, match="a rewrite of it, or a drop of rows, was interrupted") as err:
         verify(tmp_path)
     assert err.value.reason == "corrupt_shard"
     _writer(tmp_path).close()

@@ -203,6 +203,35 @@ def test_migrate_brings_a_v2_reward_folder_to_v3_with_the_task_version_unknown(t
     assert read_rows(folder) == [{**row, "task_sha256": ""} for row in rows]
 
 
+def test_rate_finishes_a_rewrite_a_killed_rate_left(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A rate killed between its manifest and its rename leaves a pending rewrite, which readers
+    refuse; the next ``taskforge rate`` opens the folder for writing first, and so finishes it."""
+    folder = tmp_path / "tasks"
+    rows = task_rows(6, seed=7)
+    with DatasetWriter(folder, kind=TASKS, recipe={"mine": {"seed": 0}}, versions=run_versions()) as writer:
+        writer.write(rows, prefix="tasks-demo-s0")
+    with DatasetWriter(folder / "rewards", kind=REWARDS, recipe={}, versions=run_versions()) as writer:
+        writer.write(reward_rows(rows, candidates=("rollout-1",)), prefix="rewards-s0")
+    real_replace = os.replace
+
+    def dying_replace(src, dst):  # type: ignore[no-untyped-def]
+        if str(src).endswith(".next"):
+            raise KeyboardInterrupt("killed between the manifest and the rename")
+        return real_replace(src, dst)
+
+    with DatasetWriter(folder, kind=TASKS, recipe={"mine": {"seed": 0}}, versions=run_versions()) as writer:
+        [shard] = writer.manifest.shards
+        monkeypatch.setattr("taskforge.datasets.writer.os.replace", dying_replace)
+        with pytest.raises(KeyboardInterrupt):
+            writer.rewrite(shard.name, [{**r, "solve_rate": 0.5, "solve_attempts": 2} for r in rows])
+        monkeypatch.undo()
+    with pytest.raises(TaskforgeError):
+        read_rows(folder)
+    done = taskforge("rate", str(folder))
+    assert done.returncode == 0, done.stderr
+    assert "6 of 6 tasks rated from 6 rollouts" in done.stdout
+
+
 def test_rate_writes_solve_rates_beside_the_record(tmp_path: Path) -> None:
     folder = tmp_path / "tasks"
     rows = task_rows(12, seed=5)
@@ -231,7 +260,7 @@ def test_rate_writes_solve_rates_beside_the_record(tmp_path: Path) -> None:
     assert "difficulty bands" in shown.stdout and "measured solve rates" in shown.stdout
     assert "difficulty estimate by strategy" in shown.stdout
     missing = taskforge("rate", str(tmp_path / "tasks" / "rewards"), "--rewards", str(folder))
-    assert missing.returncode != 0 and "[wrong_kind]" in (missing.stdout + missing.stderr)
+    assert missing.returncode != 0 and "holds" in (missing.stdout + missing.stderr)
 
 
 def test_the_sample_dataset_is_current_and_its_record_is_the_rows(tmp_path: Path) -> None:

@@ -1,0 +1,35 @@
+"""The reward sink that ``taskforge score`` and ``taskforge serve`` store rows through: a row of a
+key already stored is a repeat, unless the stored one scored another version of the task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from taskforge.datasets import read_manifest, read_rows
+from taskforge.scoring.rewards import RewardResult
+from taskforge.scoring.server import RewardSink
+
+
+def _result(candidate: str, reward: float, version: str) -> RewardResult:
+    return RewardResult(instance_id="demo__body-f-0123456789", candidate_id=candidate, reward=reward, mode="binary",
+                        status="ok", patch=f"patch of {candidate}", image_name="taskforge-env-demo:1",
+                        task_sha256=version)
+
+
+def test_a_row_of_another_task_version_is_replaced_and_a_repeat_is_skipped(tmp_path: Path) -> None:
+    def sink() -> RewardSink:
+        return RewardSink(tmp_path, recipe={"command": "serve"}, prefix="rewards-serve", flush_rows=1)
+
+    with sink() as first:
+        first.add(_result("rollout-1", 0.0, "a" * 64))
+        first.add(_result("rollout-2", 1.0, "a" * 64))
+    with sink() as again:  # reopened: it knows each stored row's version
+        assert again.versions == {"demo__body-f-0123456789\0rollout-1": "a" * 64,
+                                  "demo__body-f-0123456789\0rollout-2": "a" * 64}
+        again.add(_result("rollout-1", 1.0, "b" * 64))  # the task was mined again: replaced
+        again.add(_result("rollout-2", 0.0, "a" * 64))  # the same version: a repeat, skipped
+        assert (again.written, again.skipped, again.replaced) == (1, 1, 1)
+    rows = {r["candidate_id"]: (r["reward"], r["task_sha256"]) for r in read_rows(tmp_path)}
+    assert rows == {"rollout-1": (1.0, "b" * 64), "rollout-2": (1.0, "a" * 64)}
+    [retraction] = read_manifest(tmp_path).retracted
+    assert retraction.reason == "1 row(s) scored again against another version of their task"
