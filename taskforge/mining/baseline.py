@@ -233,31 +233,84 @@ timestamps too)."""
 
 
 def timing_tests(root: Path, nodeids: Iterable[str]) -> set[str]:
-    """Of ``nodeids``, the tests whose function, or a function or method of its module that it
-    calls by name, uses one of :data:`TIMERS`. Read from the source: a file that does not parse
-    contributes none."""
+    """Of ``nodeids``, the tests whose function, or a function it calls by name, uses one of
+    :data:`TIMERS`: a function or method of its own module, or one it imports from a module of the
+    repository (a ``perf_utils`` helper beside the tests). Read from the source: a file that does
+    not parse contributes none."""
     by_file: dict[str, list[str]] = {}
     for nodeid in nodeids:
         path, sep, _ = nodeid.partition("::")
         if sep and path.endswith(".py"):
             by_file.setdefault(path, []).append(nodeid)
+    parsed: dict[Path, ast.Module | None] = {}
     found: set[str] = set()
     for path, ids in by_file.items():
-        try:
-            tree = ast.parse((root / path).read_bytes())
-        except (OSError, SyntaxError, ValueError):
+        tree = _parse(root / path, parsed)
+        if tree is None:
             continue
-        functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}  # name -> definitions
-        timed: dict[tuple[str, ...], bool] = {}  # qualified name -> times directly
+        timed_names = _timed_names(tree) | _imported_timed_names(root, root / path, tree, parsed)
         for qualname, node in _functions(tree, ()):
-            functions.setdefault(qualname[-1], []).append(node)
-            timed[qualname] = _uses_timer(node)
-        timed_names = {name for name, nodes in functions.items() if any(_uses_timer(n) for n in nodes)}
-        for qualname, node in _functions(tree, ()):
-            if timed[qualname] or _calls(node) & timed_names:
+            if _uses_timer(node) or _calls(node) & timed_names:
                 prefix = "::".join(qualname)
                 found |= {i for i in ids if test_function(i).partition("::")[2] == prefix}
     return found
+
+
+def _parse(path: Path, parsed: dict[Path, ast.Module | None]) -> ast.Module | None:
+    if path not in parsed:
+        try:
+            parsed[path] = ast.parse(path.read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            parsed[path] = None
+    return parsed[path]
+
+
+def _timed_names(tree: ast.Module) -> set[str]:
+    """Names of the module's functions and methods that use a timer, or call one that does."""
+    functions = list(_functions(tree, ()))
+    timed = {qualname[-1] for qualname, node in functions if _uses_timer(node)}
+    grown = True
+    while grown:
+        more = {qualname[-1] for qualname, node in functions if _calls(node) & timed} - timed
+        timed |= more
+        grown = bool(more)
+    return timed
+
+
+def _imported_timed_names(root: Path, file: Path, tree: ast.Module, parsed: dict[Path, ast.Module | None]) -> set[str]:
+    """The names under which ``tree`` imports a timing function from a module of the repository:
+    ``from tests.perf_utils import assert_linear as quick`` gives ``quick``; ``import
+    tests.perf_utils as pu`` gives the module's timing functions' own names (``pu.assert_linear``)."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            module = _module_file(root, file, node.module or "", node.level)
+            other = _parse(module, parsed) if module else None
+            if other is not None:
+                timed = _timed_names(other)
+                names |= {alias.asname or alias.name for alias in node.names if alias.name in timed}
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                module = _module_file(root, file, alias.name, 0)
+                other = _parse(module, parsed) if module else None
+                if other is not None:
+                    names |= _timed_names(other)
+    return names
+
+
+def _module_file(root: Path, file: Path, module: str, level: int) -> Path | None:
+    """The repository's file of ``module`` as imported from ``file``: relative to the file's
+    package for a relative import, else from the repository's root or the test file's folder."""
+    parts = [p for p in module.split(".") if p]
+    if level:
+        bases = [file.parents[level - 1]] if level - 1 < len(file.parents) else []
+    else:
+        bases = [root, root / "src", file.parent]
+    for base in bases:
+        for candidate in (base.joinpath(*parts).with_suffix(".py") if parts else None, base.joinpath(*parts, "__init__.py")):
+            if candidate is not None and candidate.is_file() and candidate.resolve().is_relative_to(root.resolve()):
+                return candidate
+    return None
 
 
 def _functions(node: ast.AST, scope: tuple[str, ...]) -> Iterable[tuple[tuple[str, ...], ast.FunctionDef | ast.AsyncFunctionDef]]:

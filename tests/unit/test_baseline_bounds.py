@@ -15,8 +15,9 @@ def test_a_run_may_take_five_times_the_whole_suite_within_the_ceiling() -> None:
 
 
 def test_tests_that_time_what_they_test_are_found_in_their_source(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A complexity fit, timeit or the high-resolution clock in a test, or in a helper of its
-    module that it calls, makes it a timing test; reading ``time.time`` for a timestamp does not."""
+    """A complexity fit, timeit or the high-resolution clock in a test, or in a helper it calls (of
+    its module, or imported from a module of the repository), makes it a timing test; reading
+    ``time.time`` for a timestamp does not."""
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_speed.py").write_text('''
 import time
@@ -54,8 +55,51 @@ def test_plain():
     assert 1 + 1 == 2
 ''')
     (tmp_path / "tests" / "test_broken.py").write_text("def test_x(:\n")
+    # A helper module beside the tests, which the tests import three ways.
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    (tmp_path / "tests" / "perf_utils.py").write_text('''
+import time
+
+
+def _measure(f):
+    started = time.perf_counter()
+    f()
+    return time.perf_counter() - started
+
+
+def assert_near_linear(f, sizes):
+    assert max(_measure(lambda: f(n)) for n in sizes) < 1.0
+
+
+def sizes():
+    return [10, 100]
+''')
+    (tmp_path / "tests" / "test_imports.py").write_text('''
+import tests.perf_utils as pu
+from tests.perf_utils import assert_near_linear, sizes
+
+from .perf_utils import assert_near_linear as quick
+
+
+def test_from_import():
+    assert_near_linear(range, sizes())
+
+
+def test_module_import():
+    pu.assert_near_linear(range, [1])
+
+
+def test_relative_import():
+    quick(range, [1])
+
+
+def test_untimed_helper():
+    assert sizes() == [10, 100]
+''')
     ids = ["tests/test_speed.py::TestSpeed::test_fit", "tests/test_speed.py::TestSpeed::test_through_a_helper",
            "tests/test_speed.py::test_helper_of_the_module[1]", "tests/test_speed.py::test_helper_of_the_module[2]",
            "tests/test_speed.py::test_a_timestamp", "tests/test_speed.py::test_plain", "tests/test_broken.py::test_x",
            "docs/index.rst::index.rst"]
-    assert timing_tests(tmp_path, ids) == set(ids[:4])
+    imported = ["tests/test_imports.py::test_from_import", "tests/test_imports.py::test_module_import",
+                "tests/test_imports.py::test_relative_import", "tests/test_imports.py::test_untimed_helper"]
+    assert timing_tests(tmp_path, ids + imported) == set(ids[:4]) | set(imported[:3])
