@@ -359,7 +359,7 @@ class Scorer:
             pairs = self._runs(task, state, prepared, selected, timeout_s)
             again = _worth_scoring_again(task, pairs) if tests == "all" else []
             if again:
-                # A new plan (new halves, new twins), judged whole: the first scoring's runs do not count.
+                # A new plan (new placings, new twins), judged whole: the first scoring's runs do not count.
                 pairs = self._runs(task, state, prepared, selected, timeout_s)
         except TestRunError as err:  # the report does not carry this run's nonce
             result.status, result.detail = "tampered", f"{err}"
@@ -777,7 +777,7 @@ def _worth_scoring_again(task: Task, pairs: list[tuple[Part, RunResult]]) -> lis
     like tampering, every FAIL_TO_PASS test passed as itself, and each failed test was *reported*
     failed or errored (a test that never ran is not a failure of the machine's load).
 
-    The second scoring is a whole new one (new halves, new twins) and alone decides: it has the
+    The second scoring is a whole new one (new placings, new twins) and alone decides: it has the
     shape of the first, so a candidate cannot behave well only there, and a forger that got
     through the first already had what it wanted."""
     fail_to_pass = set(task.FAIL_TO_PASS)

@@ -33,6 +33,11 @@ class Part:
     twins: tuple[Twin, ...] = ()
 
 
+PLACINGS = 3
+"""The ways a twinned test goes in a scoring (:func:`plan_runs`): twin in the first run, twin in
+the second, or no twin (itself in both)."""
+
+
 def task_canaries(task: Task) -> list[Twin]:
     """The twins mining calibrated for ``task`` (none for a task mined before canaries)."""
     try:
@@ -45,10 +50,23 @@ def task_canaries(task: Task) -> list[Twin]:
 def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[str]) -> list[Part]:
     """The runs of one scoring. Without canaries, one. With them, two, alike in what they show:
     both run every FAIL_TO_PASS test, in one sorted selection, and PASS_TO_PASS is shared out
-    between them *by file* (``_deal_files``). The twinned tests are dealt at random into two
-    halves; each run holds one half's tests as themselves and the other half's twins *in their
-    place, under their names*, so no run holds a test and its twin. The deal, the halves and the
-    twin of each test are new every scoring."""
+    between them *by file* (``_deal_files``). Each twinned test, on its own, goes one of three
+    ways with equal chance (``PLACINGS``): its twin *in its place, under its name* in the first run
+    and itself in the second, the other way round, or itself in both; drawn again when no test got
+    a twin, so that a scoring always holds one. No run holds a test and its twin. The deal, the
+    placings and the twin of each test are new every scoring.
+
+    Why three ways and each test on its own: when every test's twin is in one run and the test in
+    the other (two halves), the tests each run holds as themselves are the complement of the
+    other's, so code that tells the runs apart (they run different files: an independent red
+    team read it from the session's items, from library state, from a tmp_path left behind) can
+    answer a chosen set in one run and the rest in the other, and wins when the deal matches: 1 in
+    6 of the scorings of a task with 3 twinned tests, 1 in 20 with 5, and 1 in 12 with a coin and
+    no label at all. Now a test's answer in a run is right only for the placing it bets on, and
+    the placings are independent of the runs and of each other: no strategy wins more than 1 in
+    3^k - 1 of the scorings of a task with k twinned tests (1 in 26 with 3, 1 in 8 with 2, 1 in 2
+    with one, as before), whatever it can tell, and code that passes every test in both runs is
+    caught every time."""
     chosen_set = set(selected)
     twins = [t for t in task_canaries(task) if set(t.tests) <= chosen_set]
     if not twins:
@@ -56,9 +74,12 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
     rng = random.SystemRandom()
     # The twin that reads most like a test (``TWIN_RANK``), at random among equals.
     chosen = {twins[i].test: twins[i] for i in one_twin_per_test(twins, rng)}
-    order = list(chosen)
-    rng.shuffle(order)
-    halves = ([chosen[k] for k in order[0::2]], [chosen[k] for k in order[1::2]])
+    placed: tuple[list[Twin], list[Twin]] = ([], [])  # the twins each run holds in their tests' place
+    while not placed[0] and not placed[1]:
+        for test in sorted(chosen):
+            placing = rng.randrange(PLACINGS)
+            if placing < 2:
+                placed[placing].append(chosen[test])
     shared, dealt = _deal_files(selected, set(task.FAIL_TO_PASS), rng)
 
     def with_twins(group: list[Twin]) -> dict[str, bytes | None]:
@@ -77,10 +98,8 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
     def ids(group: list[Twin]) -> frozenset[str]:
         return frozenset(i for twin in group for i in twin.tests)
 
-    return [Part(changes=with_twins(halves[1]), select=sorted([*shared, *dealt[0]]), canaries=ids(halves[1]),
-                 twins=tuple(halves[1])),
-            Part(changes=with_twins(halves[0]), select=sorted([*shared, *dealt[1]]), canaries=ids(halves[0]),
-                 twins=tuple(halves[0]))]
+    return [Part(changes=with_twins(placed[side]), select=sorted([*shared, *dealt[side]]), canaries=ids(placed[side]),
+                 twins=tuple(placed[side])) for side in (0, 1)]
 
 
 def one_twin_per_test(twins: list[Twin], rng: random.Random) -> list[int]:
