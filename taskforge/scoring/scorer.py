@@ -77,7 +77,9 @@ from taskforge.scoring.tamper import (
     new_findings,
 )
 from taskforge.scoring.verdict import (
+    EVERY_TWIN,
     Part,
+    fails_as_twin,
     judge_run,
     one_twin_per_test,
     plan_runs,
@@ -646,7 +648,7 @@ class Scorer:
                                                              timeout_s or self.timeout_s), range(CALIBRATION_RUNS)))
                 if any(run.status == "timeout" for run in done):
                     continue
-                kept = [twin for twin, ids in placed if all(_fails_as_twin(twin, run, i) for run in done for i in ids)]
+                kept = [twin for twin, ids in placed if all(fails_as_twin(twin, run, i) for run in done for i in ids)]
                 break
         validation = json.loads(task.validation or "{}")
         validation["canaries"] = [twin.to_json() for twin in kept]
@@ -669,7 +671,11 @@ class Scorer:
             chosen = one_twin_per_test(twins, rng)
             validation["canaries"] = [twins[i].to_json() for i in chosen]
             trial = replace(task, validation=json.dumps(validation, sort_keys=True))
-            gold = self.score(trial, task.patch, timeout_s=timeout_s)
+            every = EVERY_TWIN.set(True)  # this scoring places each chosen twin
+            try:
+                gold = self.score(trial, task.patch, timeout_s=timeout_s)
+            finally:
+                EVERY_TWIN.reset(every)
             by_canaries = all(t.startswith(_CANARY_TAMPER) for t in gold.tampering)
             if gold.status != "tampered" or not gold.canaries_passed or not by_canaries or repair == GATE_REPAIRS:
                 return trial, gold
@@ -677,23 +683,6 @@ class Scorer:
             twins = [twin for index, twin in enumerate(twins) if index not in passed]
             validation["canaries_dropped"] = validation.get("canaries_dropped", 0) + len(passed)
         raise AssertionError("unreachable")
-
-
-def _fails_as_twin(twin: Twin, run: RunResult, nodeid: str) -> bool:
-    """Whether gold failed a twin's test ``nodeid`` in a calibration run, and failed it the way
-    the twin fails a correct solution: a check that does not hold (an assertion), or for a
-    raises twin, the expected exception not raised as the twin expects it. Anything else (an
-    error of a state the test counts on that calibration did not give it: a global an earlier
-    test sets, a data file named after the test) says nothing of what the twin does in its test's
-    place, where a twin that alters nothing the test's outcome depends on passes."""
-    streamed = run.stream.outcomes if run.stream is not None else {}
-    if streamed.get(nodeid) != "failed":
-        return False
-    result = run.results.get(nodeid)
-    message = result.message if result is not None else ""
-    if twin.kind == "raises":
-        return not message.startswith("Failed: DID NOT RAISE")
-    return message.startswith(("assert ", "AssertionError"))
 
 
 def _test_digests(state: _TaskState, changes: Mapping[str, bytes | None], select: list[str]) -> dict[str, str]:

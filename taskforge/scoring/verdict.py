@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from taskforge.errors import SandboxError
@@ -14,7 +15,7 @@ from taskforge.repo.canaries import TWIN_RANK, Twin, place_twins
 from taskforge.repo.suite import RunResult
 from taskforge.task import Task
 
-__all__ = ["Part", "RunVerdict", "judge_run", "one_twin_per_test", "plan_runs", "task_canaries"]
+__all__ = ["EVERY_TWIN", "PLACINGS", "Part", "RunVerdict", "fails_as_twin", "judge_run", "one_twin_per_test", "plan_runs", "task_canaries"]
 
 _NOT_FAILURES = frozenset({"passed", "skipped", "xfailed", "xpassed"})
 """Outcomes after which pytest still exits 0 (a strict xfail that passes is reported failed)."""
@@ -36,6 +37,10 @@ class Part:
 PLACINGS = 3
 """The ways a twinned test goes in a scoring (:func:`plan_runs`): twin in the first run, twin in
 the second, or no twin (itself in both)."""
+EVERY_TWIN: ContextVar[bool] = ContextVar("taskforge_every_twin", default=False)
+"""Set by mining's gate (``Scorer.confirm``): every twin goes into one of the runs, so that the
+gate's gold scoring meets each twin a later scoring may place (a random scoring leaves a third of
+them out)."""
 
 
 def task_canaries(task: Task) -> list[Twin]:
@@ -75,9 +80,10 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
     # The twin that reads most like a test (``TWIN_RANK``), at random among equals.
     chosen = {twins[i].test: twins[i] for i in one_twin_per_test(twins, rng)}
     placed: tuple[list[Twin], list[Twin]] = ([], [])  # the twins each run holds in their tests' place
+    ways = 2 if EVERY_TWIN.get() else PLACINGS
     while not placed[0] and not placed[1]:
         for test in sorted(chosen):
-            placing = rng.randrange(PLACINGS)
+            placing = rng.randrange(ways)
             if placing < 2:
                 placed[placing].append(chosen[test])
     shared, dealt = _deal_files(selected, set(task.FAIL_TO_PASS), rng)
@@ -210,3 +216,20 @@ def judge_run(run: RunResult, selected: list[str], *, canaries: frozenset[str] =
         tampering.append(f"exit: pytest exited 0 with {what}")
     return RunVerdict(outcomes=outcomes, all_passed=all_passed, canaries_passed=canaries_passed, exit_ok=run.exit_code == (0 if clean_exit else 1),
                       tampering=tampering)
+
+
+def fails_as_twin(twin: Twin, run: RunResult, nodeid: str) -> bool:
+    """Whether gold failed a twin's test ``nodeid`` in a calibration run, and failed it the way
+    the twin fails a correct solution: a check that does not hold (an assertion), or for a
+    raises twin, the expected exception not raised as the twin expects it. Anything else (an
+    error of a state the test counts on that calibration did not give it: a global an earlier
+    test sets, a data file named after the test) says nothing of what the twin does in its test's
+    place, where a twin that alters nothing the test's outcome depends on passes."""
+    streamed = run.stream.outcomes if run.stream is not None else {}
+    if streamed.get(nodeid) != "failed":
+        return False
+    result = run.results.get(nodeid)
+    message = result.message if result is not None else ""
+    if twin.kind == "raises":
+        return not message.startswith("Failed: DID NOT RAISE")
+    return message.startswith(("assert ", "AssertionError"))

@@ -282,6 +282,17 @@ def test_the_two_runs_of_a_scoring_look_alike_and_never_hold_a_test_with_its_twi
     # Twin in the first run, in the second, or none (itself in both): every test met all three
     # (a miss has odds of 3 * (2/3)^60 per test).
     assert all(seen == {0, 1, 2} for seen in placings.values()), placings
+    # Mining's gate places every twin, so that its gold scoring meets each one.
+    from taskforge.scoring.verdict import EVERY_TWIN
+
+    every = EVERY_TWIN.set(True)
+    try:
+        for _ in range(20):
+            first, second = plan_runs(task, {FILE: SOURCE.encode()}, selected)
+            assert first.canaries.isdisjoint(second.canaries)
+            assert first.canaries | second.canaries == {i for t in twins for i in t.tests}
+    finally:
+        EVERY_TWIN.reset(every)
 
 
 def test_a_raises_check_gets_an_exception_no_correct_solution_may_raise() -> None:
