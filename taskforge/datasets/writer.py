@@ -429,7 +429,6 @@ class DatasetWriter:
         wanted = set(keys) & self.keys
         if not wanted:
             return 0
-        schema = self.kind.schema()
         hit = [s for s in self._manifest.shards if self._keys_of(self.directory / s.name) & wanted]
         fresh: list[tuple[ShardInfo, Path]] = []
         try:
@@ -438,16 +437,9 @@ class DatasetWriter:
                         if self.kind.key_of(r) not in wanted]
                 if not kept:
                     continue
-                shard = _ShardFile(self.directory, self._next_name(prefix), schema, self.config)
-                try:
-                    for start in range(0, len(kept), self.config.row_group_rows):
-                        shard.add(self._table(kept[start : start + self.config.row_group_rows], schema))
-                    pending = self.directory / f".{shard.name}.next"
-                    size, digest = shard.finish(pending)
-                except BaseException:
-                    shard.discard()
-                    raise
-                fresh.append((ShardInfo(name=shard.name, rows=len(kept), sha256=digest, bytes=size, written_at=utc_now(),
+                name = self._next_name(prefix)
+                pending, size, digest = self._pending(name, kept)
+                fresh.append((ShardInfo(name=name, rows=len(kept), sha256=digest, bytes=size, written_at=utc_now(),
                                         run=len(self._manifest.runs) - 1), pending))
                 self._manifest.shards.append(fresh[-1][0])  # so that the next name is not this one
         except BaseException:
@@ -466,6 +458,21 @@ class DatasetWriter:
         fsync_dir(self.directory)
         self.keys -= wanted
         return len(wanted)
+
+    def _pending(self, name: str, rows: list[dict[str, Any]]) -> tuple[Path, int, str]:
+        """``rows`` written as shard ``name``'s pending file ``.NAME.next`` (fsynced), which the
+        manifest's next commit makes the shard: (its path, size, sha256)."""
+        schema = self.kind.schema()
+        shard = _ShardFile(self.directory, name, schema, self.config)
+        try:
+            for start in range(0, len(rows), self.config.row_group_rows):
+                shard.add(self._table(rows[start : start + self.config.row_group_rows], schema))
+            pending = self.directory / f".{name}.next"
+            size, digest = shard.finish(pending)
+        except BaseException:
+            shard.discard()
+            raise
+        return pending, size, digest
 
     def _record_done(self, done: Mapping[str, Mapping[str, Any]], shards: list[str]) -> None:
         """Record finished units, each with the shards written for it (``shards``: this call's
@@ -491,19 +498,10 @@ class DatasetWriter:
         old = self._manifest.shard(name)
         if old is None:
             raise TaskforgeError(f"{self.directory} has no shard {name}", reason="missing_shard")
-        schema = self.kind.schema()
         listed = [dict(r) for r in rows]
         if {self.kind.key_of(r) for r in listed} != self._keys_of(self.directory / name) or len(listed) != old.rows:
             raise TaskforgeError(f"a rewrite of {name} must keep exactly its rows (by key)", reason="bad_row")
-        shard = _ShardFile(self.directory, name, schema, self.config)
-        try:
-            for start in range(0, len(listed), self.config.row_group_rows):
-                shard.add(self._table(listed[start : start + self.config.row_group_rows], schema))
-            pending = self.directory / f".{name}.next"
-            size, digest = shard.finish(pending)
-        except BaseException:
-            shard.discard()
-            raise
+        pending, size, digest = self._pending(name, listed)
         info = replace(old, sha256=digest, bytes=size, written_at=utc_now(), run=len(self._manifest.runs) - 1)
         self._manifest.shards[self._manifest.shards.index(old)] = info
         self._save()

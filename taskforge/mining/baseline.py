@@ -248,9 +248,9 @@ def timing_tests(root: Path, nodeids: Iterable[str]) -> set[str]:
         tree = _parse(root / path, parsed)
         if tree is None:
             continue
-        timed_names = _timed_names(tree) | _imported_timed_names(root, root / path, tree, parsed)
-        for qualname, node in _functions(tree, ()):
-            if _uses_timer(node) or _calls(node) & timed_names:
+        timed = _timed_names(tree, _imported_timed_names(root, root / path, tree, parsed))
+        for qualname, _ in _functions(tree, ()):
+            if qualname[-1] in timed:
                 prefix = "::".join(qualname)
                 found |= {i for i in ids if test_function(i).partition("::")[2] == prefix}
     return found
@@ -265,13 +265,14 @@ def _parse(path: Path, parsed: dict[Path, ast.Module | None]) -> ast.Module | No
     return parsed[path]
 
 
-def _timed_names(tree: ast.Module) -> set[str]:
-    """Names of the module's functions and methods that use a timer, or call one that does."""
+def _timed_names(tree: ast.Module, imported: set[str] | frozenset[str] = frozenset()) -> set[str]:
+    """Names of the module's functions and methods that use a timer, or call one that does (of
+    the module, or ``imported``: names it imports timing functions under)."""
     functions = list(_functions(tree, ()))
     timed = {qualname[-1] for qualname, node in functions if _uses_timer(node)}
     grown = True
     while grown:
-        more = {qualname[-1] for qualname, node in functions if _calls(node) & timed} - timed
+        more = {qualname[-1] for qualname, node in functions if _calls(node) & (timed | imported)} - timed
         timed |= more
         grown = bool(more)
     return timed

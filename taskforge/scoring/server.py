@@ -245,9 +245,8 @@ class RewardSink:
             # The writer has taken the keys of rows it could not write: they cannot be tried again.
             self.failed += len(rows)
             raise
-        for key, row in zip(keys, rows, strict=True):
-            self.versions.setdefault(key, row["task_sha256"])
-            if key in stale:
+        for key, row in zip(keys, rows, strict=True):  # what is stored now: new rows and replaced ones
+            if key not in self.versions or key in stale:
                 self.versions[key] = row["task_sha256"]
         self.replaced += len(stale)
         self.written += written.written

@@ -18,6 +18,7 @@ import pytest
 from taskforge.datasets import (
     REWARDS,
     TASKS,
+    DatasetKind,
     DatasetWriter,
     read_manifest,
     run_versions,
@@ -113,15 +114,19 @@ def taskforge(*args: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def v2_folder(tmp_path: Path, rows: list[dict[str, object]]) -> Path:
-    """A task folder as taskforge wrote it before version 3: v2 shards and manifest."""
-    v2_columns = [f for f in TASKS.schema() if f.name not in {
-        "removed_symbols", "removed_files", "fail_to_pass_count", "call_depth", "public_api_removed", "difficulty",
-        "solve_rate", "solve_attempts"}]
-    v2 = pa.schema(v2_columns, metadata={b"taskforge.schema": b"task", b"taskforge.schema_version": b"2"})
+TASKS_V3_COLUMNS = frozenset({"removed_symbols", "removed_files", "fail_to_pass_count", "call_depth",
+                              "public_api_removed", "difficulty", "solve_rate", "solve_attempts"})
+
+
+def v2_folder(tmp_path: Path, rows: list[dict[str, object]], *, kind: DatasetKind = TASKS,
+              added: frozenset[str] = TASKS_V3_COLUMNS) -> Path:
+    """A folder of ``kind`` as taskforge wrote it before version 3, without the ``added`` columns:
+    v2 shards and manifest."""
+    v2_columns = [f for f in kind.schema() if f.name not in added]
+    v2 = pa.schema(v2_columns, metadata={**kind.schema().metadata, b"taskforge.schema_version": b"2"})
     folder = tmp_path / "v2"
-    with DatasetWriter(folder, kind=TASKS, recipe={"mine": {"seed": 0}}, versions=run_versions()) as writer:
-        writer.write(rows, prefix="tasks-demo-s0")
+    with DatasetWriter(folder, kind=kind, recipe={"mine": {"seed": 0}}, versions=run_versions()) as writer:
+        writer.write(rows, prefix=f"{kind.name}-demo-s0")
     # Rewrite what the current writer made as version 2 did: the old columns, the old version.
     for shard in read_manifest(folder).shards:
         table = pq.read_table(folder / shard.name).select([f.name for f in v2_columns]).cast(v2)
@@ -180,21 +185,7 @@ def test_a_migration_killed_after_its_commit_is_finished_by_the_next(tmp_path: P
 
 def test_migrate_brings_a_v2_reward_folder_to_v3_with_the_task_version_unknown(tmp_path: Path) -> None:
     rows = reward_rows(task_rows(6, seed=2), candidates=("gold", "empty", "rollout-1"))
-    folder = tmp_path / "rewards"
-    with DatasetWriter(folder, kind=REWARDS, recipe={"command": "score"}, versions=run_versions()) as writer:
-        writer.write(rows, prefix="rewards-score")
-    v2 = pa.schema([f for f in REWARDS.schema() if f.name != "task_sha256"],
-                   metadata={b"taskforge.schema": b"reward", b"taskforge.schema_version": b"2"})
-    for shard in read_manifest(folder).shards:  # as version 2 wrote it: no task_sha256
-        pq.write_table(pq.read_table(folder / shard.name).select(v2.names).cast(v2), folder / shard.name)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    from taskforge.datasets.manifest import sha256_file
-
-    manifest["schema_version"] = 2
-    for shard in manifest["shards"]:
-        shard["sha256"] = sha256_file(folder / shard["name"])
-        shard["bytes"] = (folder / shard["name"]).stat().st_size
-    (folder / "manifest.json").write_text(json.dumps(manifest))
+    folder = v2_folder(tmp_path, rows, kind=REWARDS, added=frozenset({"task_sha256"}))
     with pytest.raises(TaskforgeError, match="run `taskforge migrate"):
         read_rows(folder)
     done = taskforge("migrate", str(folder))
