@@ -77,8 +77,8 @@ from taskforge.scoring.tamper import (
     new_findings,
 )
 from taskforge.scoring.verdict import (
-    EVERY_TWIN,
     Part,
+    every_twin_placed,
     fails_as_twin,
     judge_run,
     one_twin_per_test,
@@ -671,11 +671,8 @@ class Scorer:
             chosen = one_twin_per_test(twins, rng)
             validation["canaries"] = [twins[i].to_json() for i in chosen]
             trial = replace(task, validation=json.dumps(validation, sort_keys=True))
-            every = EVERY_TWIN.set(True)  # this scoring places each chosen twin
-            try:
+            with every_twin_placed():  # this scoring places each chosen twin
                 gold = self.score(trial, task.patch, timeout_s=timeout_s)
-            finally:
-                EVERY_TWIN.reset(every)
             by_canaries = all(t.startswith(_CANARY_TAMPER) for t in gold.tampering)
             if gold.status != "tampered" or not gold.canaries_passed or not by_canaries or repair == GATE_REPAIRS:
                 return trial, gold

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ from taskforge.repo.canaries import TWIN_RANK, Twin, place_twins
 from taskforge.repo.suite import RunResult
 from taskforge.task import Task
 
-__all__ = ["EVERY_TWIN", "PLACINGS", "Part", "RunVerdict", "fails_as_twin", "judge_run", "one_twin_per_test", "plan_runs", "task_canaries"]
+__all__ = ["EVERY_TWIN", "PLACINGS", "every_twin_placed", "Part", "RunVerdict", "fails_as_twin", "judge_run", "one_twin_per_test", "plan_runs", "task_canaries"]
 
 _NOT_FAILURES = frozenset({"passed", "skipped", "xfailed", "xpassed"})
 """Outcomes after which pytest still exits 0 (a strict xfail that passes is reported failed)."""
@@ -41,6 +42,16 @@ EVERY_TWIN: ContextVar[bool] = ContextVar("taskforge_every_twin", default=False)
 """Set by mining's gate (``Scorer.confirm``): every twin goes into one of the runs, so that the
 gate's gold scoring meets each twin a later scoring may place (a random scoring leaves a third of
 them out)."""
+
+
+@contextmanager
+def every_twin_placed() -> Iterator[None]:
+    """Within it, :func:`plan_runs` places every chosen twin (:data:`EVERY_TWIN`)."""
+    token = EVERY_TWIN.set(True)
+    try:
+        yield
+    finally:
+        EVERY_TWIN.reset(token)
 
 
 def task_canaries(task: Task) -> list[Twin]:

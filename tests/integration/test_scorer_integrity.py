@@ -19,7 +19,7 @@ from taskforge.datasets import read_tasks
 from taskforge.repo.canaries import Twin
 from taskforge.sandbox import SandboxLimits
 from taskforge.scoring.scorer import Scorer
-from taskforge.scoring.verdict import task_canaries
+from taskforge.scoring.verdict import every_twin_placed, task_canaries
 from taskforge.task import Task
 
 pytestmark = pytest.mark.docker
@@ -83,7 +83,8 @@ def test_confirm_drops_a_twin_gold_passes_in_place_and_scores_again(tasks, score
     honest = replace(twins[0], kind="value", source=_original_function(task, twins[0]))
     others = [t for t in twins if t.test != test or t.kind != "value"]
     planted = json.dumps({**json.loads(task.validation), "canaries": [t.to_json() for t in [*others, honest]]})
-    first = scorer.score(replace(task, validation=planted), task.patch)
+    with every_twin_placed():  # as confirm's scoring does (a random one may leave the twin out)
+        first = scorer.score(replace(task, validation=planted), task.patch)
     assert (first.status, first.canaries_passed) == ("tampered", [len(others)]), (first.detail, first.canaries_passed)
     confirmed, gold = scorer.confirm(replace(task, validation=planted))
     assert (gold.status, gold.reward, gold.tampering) == ("ok", 1.0, []), gold.detail

@@ -283,16 +283,13 @@ def test_the_two_runs_of_a_scoring_look_alike_and_never_hold_a_test_with_its_twi
     # (a miss has odds of 3 * (2/3)^60 per test).
     assert all(seen == {0, 1, 2} for seen in placings.values()), placings
     # Mining's gate places every twin, so that its gold scoring meets each one.
-    from taskforge.scoring.verdict import EVERY_TWIN
+    from taskforge.scoring.verdict import every_twin_placed
 
-    every = EVERY_TWIN.set(True)
-    try:
+    with every_twin_placed():
         for _ in range(20):
             first, second = plan_runs(task, {FILE: SOURCE.encode()}, selected)
             assert first.canaries.isdisjoint(second.canaries)
             assert first.canaries | second.canaries == {i for t in twins for i in t.tests}
-    finally:
-        EVERY_TWIN.reset(every)
 
 
 def test_a_raises_check_gets_an_exception_no_correct_solution_may_raise() -> None:
