@@ -134,7 +134,7 @@ def run(config):  # type: ignore[no-untyped-def]
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": tool_dir, "PYTHONDONTWRITEBYTECODE": "1",
            "TASKFORGE_NONCE": nonce, "TASKFORGE_SELECT": select_file,
            "TASKFORGE_GUARD_CANDIDATE": open(candidate, encoding="utf-8").read() if os.path.exists(candidate) else "[]",
-           "TASKFORGE_GUARD_TRUSTED": json.dumps(plugins)}
+           "TASKFORGE_GUARD_TRUSTED": json.dumps(plugins), "TASKFORGE_GUARD_START": workspace}
     files = sorted({nodeid.split("::", 1)[0] for nodeid in select})
     args = ["-p", "no:cacheprovider", "-p", config["plugin_module"], f"--junitxml={report}", "-o", "junit_family=xunit1",
             "-q", "-rN", "--continue-on-collection-errors", "--tb=line", "-p", config["guard_module"],

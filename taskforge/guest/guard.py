@@ -59,6 +59,7 @@ TAMPERED_PROPERTY = "taskforge.tampered"
 CANDIDATE_ENV = "TASKFORGE_GUARD_CANDIDATE"
 TRUSTED_ENV = "TASKFORGE_GUARD_TRUSTED"
 TESTS_ENV = "TASKFORGE_GUARD_TESTS"
+START_ENV = "TASKFORGE_GUARD_START"
 
 _WATCHED = (
     "_pytest.runner", "_pytest.reports", "_pytest.skipping", "_pytest.outcomes", "_pytest.junitxml",
@@ -81,6 +82,44 @@ os.environ.pop(TRUSTED_ENV, None)
 # The test files the selected tests live in, as the scorer wrote them: absolute path -> sha256.
 _tests: dict[str, str] = {os.path.realpath(k): v for k, v in json.loads(os.environ.pop(TESTS_ENV, "{}")).items()}
 _early: list[str] = []  # what the audit hook saw, before any config exists to hold it
+
+
+def _start_sources(repository: str) -> dict[str, bytes]:
+    """The start state's copy of each Python file of the candidate's that the start state has:
+    its blob at ``repository``'s HEAD (the scorer's start-state commit, ``$TASKFORGE_GUARD_START``).
+    Read here, as the guard loads, before any code of the project or the candidate runs: the sandbox
+    user can rewrite ``.git`` later. Code of such a file that equals the start state's copy is the
+    project's own, not the candidate's (a module of the project that installs an import hook as it
+    is imported, in the file the candidate completes)."""
+    root = os.path.realpath(repository) + os.sep if repository else ""
+    wanted = sorted(p for p in _candidate if root and p.startswith(root) and p.endswith(".py") and "\n" not in p)
+    if not wanted:
+        return {}
+    import subprocess
+
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_GLOBAL": os.devnull,
+           "GIT_NO_REPLACE_OBJECTS": "1", "HOME": os.devnull}
+    try:
+        proc = subprocess.run(["git", "-C", root, "cat-file", "--batch"], env=env, capture_output=True, timeout=60,
+                              input="".join(f"HEAD:{p[len(root):]}\n" for p in wanted).encode(), check=False)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found: dict[str, bytes] = {}
+    data, at = proc.stdout, 0
+    for path in wanted:  # "<sha> blob <size>\n<content>\n", or "<name> missing\n"
+        end = data.find(b"\n", at)
+        if end < 0:
+            break
+        header = data[at:end].split()
+        at = end + 1
+        if len(header) == 3 and header[1] == b"blob" and header[2].isdigit():
+            size = int(header[2])
+            found[path] = data[at:at + size]
+            at += size + 1
+    return found
+
+
+_START: dict[str, bytes] = _start_sources(os.environ.pop(START_ENV, ""))
 
 
 def _from_candidate(*, any_untrusted: bool = False) -> str | None:
@@ -421,13 +460,38 @@ def _code_why(code: types.CodeType, rewritten: bool) -> str | None:
     if id(code) not in _LOADED and not _nested_loaded(code):
         compiled = _compiled(code.co_filename, rewritten)
         if isinstance(compiled, str):
-            why = compiled
+            why = None if _as_started(code, rewritten) else compiled
         else:
             match = compiled.get((getattr(code, "co_qualname", code.co_name), code.co_firstlineno))
             if match is None or not _same_code(code, match):
                 why = f"code that names {code.co_filename} but was not compiled from it"
     _CODE_WHY[id(code)] = (code, why)
     return why
+
+
+_STARTED: dict[tuple[str, bool], dict[str, list[types.CodeType]]] = {}
+
+
+def _as_started(code: types.CodeType, rewritten: bool) -> bool:
+    """Whether ``code`` is compiled from the start state's copy of the candidate's file it names
+    (:func:`_start_sources`): the same code under the same qualified name, wherever the
+    candidate's edits moved its lines."""
+    real = _real(code.co_filename)
+    source = _START.get(real)
+    if source is None:
+        return False
+    key = (real, rewritten)
+    if key not in _STARTED:
+        by_name: dict[str, list[types.CodeType]] = {}
+        try:
+            compiled = _trusted_code(real, source, rewritten, _CONFIG[0] if _CONFIG else None)
+        except Exception:  # noqa: BLE001 - a start state that does not compile vouches for nothing
+            compiled = {}
+        for (name, _), each in compiled.items():
+            by_name.setdefault(name, []).append(each)
+        _STARTED[key] = by_name
+    name = getattr(code, "co_qualname", code.co_name)
+    return any(_same_code(code, each) for each in _STARTED[key].get(name, ()))
 
 
 _BUILTIN = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodWrapperType,
@@ -533,8 +597,11 @@ def _foreign_globals(function: types.FunctionType) -> str | None:
 
 
 def _untrusted_hook(hook: Any) -> str | None:
-    """An import hook (a finder, a loader, a path hook) runs its class's methods, callable or not."""
-    return _untrusted(hook) or (None if isinstance(hook, type) else _untrusted(type(hook)))
+    """An import hook (a finder, a loader, a path hook) runs its class's methods, callable or not,
+    and the functions it holds (``finder.find_spec = ...`` on the instance)."""
+    if isinstance(hook, type):
+        return _untrusted(hook)
+    return _untrusted(hook) or _untrusted(type(hook)) or _untrusted_object(hook, 0)
 
 
 def _filled(cell: Any) -> bool:

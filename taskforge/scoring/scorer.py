@@ -541,7 +541,10 @@ class Scorer:
                 env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
                      "TASKFORGE_GUARD_CANDIDATE": json.dumps([f"/workspace/{rel}" for rel in kept]),
                      "TASKFORGE_GUARD_TESTS": json.dumps(_test_digests(state, changes, select)),
-                     "TASKFORGE_GUARD_TRUSTED": json.dumps(plugins)},
+                     "TASKFORGE_GUARD_TRUSTED": json.dumps(plugins),
+                     # The start state's commit, whose copy of a file the candidate changed vouches
+                     # for the code of that file the candidate left as it was.
+                     "TASKFORGE_GUARD_START": "/workspace"},
                 python_args=("-P",),
                 supervised=True,
             )

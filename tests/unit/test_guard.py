@@ -75,10 +75,17 @@ DOCS = "Doubling\n========\n\n>>> import feature\n>>> feature.double(21)\n42\n"
 
 
 def _run(tmp: Path, feature: str = FEATURE, *, after_digest: str | None = None, mixins_known: bool = True,
-         docs: bool = False, image_plugin: bool = False) -> list[str]:
-    """Run the project; the guard's findings."""
+         docs: bool = False, image_plugin: bool = False, start: str | None = None) -> list[str]:
+    """Run the project; the guard's findings. ``start``: the start state's ``feature.py``,
+    committed in the project's repository, which the candidate's ``feature`` then replaces."""
     project = tmp / "project"
     project.mkdir()
+    if start is not None:
+        (project / "feature.py").write_text(start)
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(project)]
+        subprocess.run([*git, "init", "-q"], check=True)
+        subprocess.run([*git, "add", "feature.py"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", "start"], check=True)
     (project / "test_feature.py").write_text(TESTS)
     (project / "mixins.py").write_text(MIXINS)
     (project / "feature.py").write_text(feature)
@@ -101,7 +108,8 @@ def _run(tmp: Path, feature: str = FEATURE, *, after_digest: str | None = None, 
         trusted = ["image_plugin"]
     env = {**os.environ, "PYTHONPATH": f"{plugins}{os.pathsep}{project}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
            "TASKFORGE_GUARD_CANDIDATE": json.dumps([str((project / "feature.py").resolve())]),
-           "TASKFORGE_GUARD_TESTS": json.dumps(digests), "TASKFORGE_GUARD_TRUSTED": json.dumps(trusted)}
+           "TASKFORGE_GUARD_TESTS": json.dumps(digests), "TASKFORGE_GUARD_TRUSTED": json.dumps(trusted),
+           **({"TASKFORGE_GUARD_START": str(project)} if start is not None else {})}
     report = tmp / "report.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-p", "taskforge_pytest_guard",
                     *(arg for name in trusted for arg in ("-p", name)), "-p", "no:cacheprovider",
@@ -154,6 +162,50 @@ def test_an_import_hook_from_the_candidates_code(tmp_path: Path) -> None:
         sys.meta_path.insert(0, Finder())
     """)
     assert any(f.startswith("import hook Finder installed from") for f in _run(tmp_path, hook))
+
+
+# A module of the project that installs an import hook as it is imported (a single-module web
+# framework redirects ``pkg.ext.*`` imports so), in the file the candidate completes.
+PROJECT_HOOK = textwrap.dedent("""\
+    import sys
+
+
+    class _Redirect:
+        def __init__(self, name):
+            self.name = name
+            sys.meta_path.append(self)
+
+        def find_spec(self, fullname, path=None, target=None):
+            if not fullname.startswith(self.name + "."):
+                return None
+            return None
+
+
+    _redirect = _Redirect("feature_ext")
+""")
+
+
+def test_the_projects_own_import_hook_in_the_candidates_file_is_no_tampering(tmp_path: Path) -> None:
+    """The start state's copy of the file vouches for the code the candidate left as it was,
+    wherever the candidate's lines moved it. (A held-out project scored its gold patches
+    ``tampered`` before: every task of it removes code from the module that installs the hook.)"""
+    start = PROJECT_HOOK
+    candidate = FEATURE + "\n\n" + PROJECT_HOOK  # the feature written back above the hook
+    assert _run(tmp_path, candidate, start=start) == []
+
+
+@pytest.mark.parametrize("attack", ["method", "instance", "no_start"])
+def test_the_projects_import_hook_changed_by_the_candidate(tmp_path: Path, attack: str) -> None:
+    """A method of the hook's class changed, a function set on the project's hook object, or a
+    file the start state does not have: the hook runs the candidate's code."""
+    start = PROJECT_HOOK
+    if attack == "method":
+        candidate = FEATURE + PROJECT_HOOK.replace('self.name + "."', 'self.name + ":"')
+    elif attack == "instance":
+        candidate = FEATURE + PROJECT_HOOK + "_redirect.find_spec = lambda fullname, path=None, target=None: None\n"
+    else:
+        start, candidate = "", FEATURE + PROJECT_HOOK
+    assert any(f.startswith("import hook _Redirect installed from") for f in _run(tmp_path, candidate, start=start))
 
 
 def test_a_hook_from_a_candidate_file_later_swapped_for_a_link(tmp_path: Path) -> None:
