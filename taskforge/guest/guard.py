@@ -70,6 +70,9 @@ _WATCHED = (
     "_pytest.assertion", "doctest",
 )
 _WATCHED_PREFIXES = ("_pytest", "pytest", "pluggy", "unittest", "xml.etree", "doctest")
+# The standard library the report and the outcome stream are written with (the JUnit writer's
+# ``re.sub``, the stream's ``os.write`` and JSON encoder), watched as pytest's own modules are.
+_WATCHED_STDLIB = frozenset({"builtins", "os", "posix", "re", "json", "json.encoder", "functools", "io"})
 _REPORT_HOOKS = ("pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_report_teststatus",
                  "pytest_runtest_protocol", "pytest_runtest_call", "pytest_pyfunc_call")
 # Module globals pytest itself swaps during a run.
@@ -112,9 +115,10 @@ def _start_sources(repository: str) -> dict[str, bytes]:
             break
         header = data[at:end].split()
         at = end + 1
-        if len(header) == 3 and header[1] == b"blob" and header[2].isdigit():
+        if len(header) == 3 and header[2].isdigit():  # a tree or a link's target is skipped as a blob is
             size = int(header[2])
-            found[path] = data[at:at + size]
+            if header[1] == b"blob":
+                found[path] = data[at:at + size]
             at += size + 1
     return found
 
@@ -160,11 +164,21 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     elif event == "object.__setattr__" and len(args) > 1 and args[1] in ("__code__", "__class__"):
         if args[1] == "__class__" and not _verdicts_object(args[0]):
             return  # a project's own idiom: zipp's ``CompleteDirs.make`` makes a ZipFile one of its own
-        where = _from_candidate()
+        # The image's own code swapped (a writer's ``append_failure``) from any code that is not the
+        # image's or laid (a string run by ``exec`` in a thread); others' only from the candidate's
+        # files: libraries swap code of their callers' functions (``types.coroutine``).
+        where = _from_candidate(any_untrusted=args[1] == "__code__" and _image_function(args[0]))
         if where is not None:
             swapped = "code" if args[1] == "__code__" else "class"
             owner = getattr(args[0], "__qualname__", None) or type(args[0]).__qualname__
             _early.append(f"the {swapped} of {owner} swapped from {where}")
+
+
+def _image_function(obj: Any) -> bool:
+    """A function whose code is the image's, loaded before any project code."""
+    code = getattr(obj, "__code__", None) if isinstance(obj, types.FunctionType) else None
+    loaded = _LOADED.get(id(code)) if code is not None else None
+    return loaded is not None and loaded[0] is code
 
 
 _HARNESS_ROOTS = frozenset({"_pytest", "pytest", "pluggy", "unittest", "xml", "py"})
@@ -214,7 +228,7 @@ def _members(module_name: str) -> Iterator[tuple[str, Any]]:
     if module is None:
         return
     for name, value in list(vars(module).items()):
-        if name in _VOLATILE or not (callable(value) or isinstance(value, type)):
+        if name in _VOLATILE or not (callable(value) or isinstance(value, (type, types.ModuleType))):
             continue
         yield f"{module_name}.{name}", value
         if isinstance(value, type) and value.__module__ == module_name:
@@ -233,7 +247,7 @@ for _name in _WATCHED:
 # names (``_pytest._code.code.ExceptionInfo``) is watched as well.
 _MODULES: dict[str, types.ModuleType] = {
     name: module for name, module in list(sys.modules.items())
-    if isinstance(module, types.ModuleType) and (name == "builtins" or name.startswith(_WATCHED_PREFIXES))}
+    if isinstance(module, types.ModuleType) and (name in _WATCHED_STDLIB or name.startswith(_WATCHED_PREFIXES))}
 _AT_START = {name: list(_members(name)) for name in _MODULES}
 _objects: dict[str, Any] = {key: value for found in _AT_START.values() for key, value in found}  # keeps ids valid
 _MODULE_NAMES = list(_MODULES)
@@ -277,6 +291,14 @@ def _misplaced(key: str, value: Any) -> str | None:
     if key.startswith("builtins."):
         return None
     was = _objects.get(key)
+    if isinstance(was, types.ModuleType) or isinstance(value, types.ModuleType):
+        # ``_pytest.junitxml.re``: a module another module's code reads its functions from. A
+        # package gains its submodules as they are imported (``unittest.mock``).
+        submodule = was is None and key == getattr(value, "__name__", None) and sys.modules.get(key) is value
+        if value is was or submodule:
+            return None
+        named = [f"the module {getattr(v, '__name__', '?')}" if isinstance(v, types.ModuleType) else _named(v) for v in (value, was)]
+        return f"{named[0]} in place of {named[1] if was is not None else 'nothing'}"
     for function in _unwrapped(value):
         # In a descriptor, or where a Python function was: a builtin, a class, a C object
         # (``BaseReport.passed = property(bool)``) runs no code a file can vouch for.
@@ -515,6 +537,8 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
     if isinstance(obj, types.FunctionType):
         code = obj.__code__
         why = _code_why(code, "@py_builtins" in obj.__globals__) or _foreign_globals(obj)
+        if why is None and obj.__builtins__ is not _BUILTINS:  # its ``__import__``, ``len``, ... are someone's
+            why = f"{code.co_qualname} with builtins of its own"
         inner = [cell.cell_contents for cell in obj.__closure__ or () if _filled(cell)]
         inner += [*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()]
         for value in inner:
@@ -522,6 +546,8 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
                 why = _untrusted(value, depth + 1)
         return why
     if isinstance(obj, _BUILTIN):
+        if any(obj is runner for runner in _RUNS_STRINGS):
+            return f"the builtin {obj.__name__}, which runs code from a string"
         owner = getattr(obj, "__self__", None)
         return None if owner is None or isinstance(owner, types.ModuleType) else _untrusted_object(owner, depth + 1)
     if isinstance(obj, functools.partial):
@@ -532,8 +558,7 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
             if klass.__module__ == "builtins":
                 continue
             for member in list(vars(klass).values()):
-                methods = (types.FunctionType, classmethod, staticmethod, property)
-                if isinstance(member, methods) and (why := _untrusted(member, depth + 1)) is not None:
+                if _runs_code(member) and (why := _untrusted_member(member, depth + 1)) is not None:
                     return why
         return None
     if callable(obj):  # an instance: its class's code runs, and what it wraps
@@ -564,14 +589,40 @@ def _untrusted_object(obj: Any, depth: int) -> str | None:
     attributes = getattr(obj, "__dict__", None)
     if why is None and isinstance(attributes, dict):
         for value in list(attributes.values())[:32]:
-            code_like = isinstance(value, (types.FunctionType, types.MethodType, functools.partial))
-            if code_like and (why := _untrusted(value, depth + 1)):
+            if _runs_code(value) and (why := _untrusted_member(value, depth + 1)):
                 break
     _JUDGED[id(obj)] = (obj, why)
     return why
 
 
 _JUDGED: dict[int, tuple[Any, str | None]] = {}  # objects judged in this check
+_BUILTINS = vars(importlib.import_module("builtins"))
+_RUNS_STRINGS = (exec, eval, compile)
+
+
+def _runs_code(value: Any) -> bool:
+    """Whether a class's member or an object's attribute runs code when it is looked up or called:
+    a function, a method, a descriptor, a partial, or an object whose class has Python code of its
+    own for it (a callable object, a descriptor: ``find_spec = _Finder()`` on a class). A C
+    callable that runs nothing of its own (``operator.attrgetter``) is data here."""
+    if isinstance(value, type):
+        return False
+    if isinstance(value, (types.FunctionType, types.MethodType, functools.partial, functools.partialmethod,
+                          classmethod, staticmethod, property)):
+        return True
+    if callable(value) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
+        return True  # functools.lru_cache
+    return any(isinstance(vars(k).get(name), types.FunctionType) for k in type(value).__mro__
+               for name in ("__call__", "__get__", "__set__", "__delete__"))
+
+
+def _untrusted_member(value: Any, depth: int) -> str | None:
+    if isinstance(value, functools.partialmethod):
+        parts = [value.func, *value.args, *value.keywords.values()]
+        return next((why for p in parts if (why := _untrusted_object(p, depth + 1))), None)
+    if callable(value) or isinstance(value, (classmethod, property)):
+        return _untrusted(value, depth)
+    return _untrusted(type(value), depth)  # a descriptor: its class's code runs
 
 
 _GLOBALS_BY_FILE: dict[str, set[int]] = {}
@@ -601,7 +652,17 @@ def _untrusted_hook(hook: Any) -> str | None:
     and the functions it holds (``finder.find_spec = ...`` on the instance)."""
     if isinstance(hook, type):
         return _untrusted(hook)
-    return _untrusted(hook) or _untrusted(type(hook)) or _untrusted_object(hook, 0)
+    why = _untrusted(hook) or _untrusted(type(hook)) or _untrusted_object(hook, 0)
+    # What it holds runs too (``self.prefix + "."`` calls the prefix's ``__add__``): the classes of
+    # its attributes' values, one level down. Only hooks: a project's thread may well hold the
+    # objects of the class the candidate completes.
+    for value in list(getattr(hook, "__dict__", {}).values())[:32] if why is None else ():
+        kind = type(value)
+        if kind.__module__ != "builtins" and not isinstance(value, types.ModuleType):
+            why = _untrusted(kind)
+            if why is not None:
+                break
+    return why
 
 
 def _filled(cell: Any) -> bool:

@@ -274,11 +274,33 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         item.user_properties.append((OUTCOME_PROPERTY, "xpassed" if report.passed else "xfailed"))
 
 
+# Held as the plugin loads, before any code of the project's: the candidate's code may rebind
+# ``os.write`` or the JSON encoder's module attributes later, and rewrite each line on its way out.
+_WRITE = os.write
+_QUOTE = json.encoder.encode_basestring_ascii  # C, or the module's own function as it loaded
+_STR, _INT, _BOOL = str, int, bool
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    """``record`` (string keys; string, integer or boolean values, or lists of strings) as a line of
+    JSON, written with the primitives held above only."""
+    def value(v: Any) -> str:
+        if type(v) is _BOOL:
+            return "true" if v else "false"
+        if type(v) is _INT:
+            return _INT.__repr__(v)
+        if type(v) is list:
+            return "[" + ", ".join([value(e) for e in v]) + "]"
+        return _QUOTE(_STR(v))
+
+    return ("{" + ", ".join([_QUOTE(k) + ": " + value(v) for k, v in record.items()]) + "}\n").encode("utf-8", "replace")
+
+
 def _emit(record: dict[str, Any]) -> None:
     if _OUTCOME_FD is None:
         return
     try:
-        os.write(_OUTCOME_FD, (json.dumps(record) + "\n").encode("utf-8", "replace"))
+        _WRITE(_OUTCOME_FD, _line(record))
     except OSError:
         pass  # the pipe is gone: the outcomes never arrive, and the tests count as not passed
 

@@ -208,6 +208,99 @@ def test_the_projects_import_hook_changed_by_the_candidate(tmp_path: Path, attac
     assert any(f.startswith("import hook _Redirect installed from") for f in _run(tmp_path, candidate, start=start))
 
 
+# A third red team (2026-12-07, against the start state's vouching above) ran the candidate's
+# code through the project's own hook, and through objects and data the guard judged no code of.
+EVIL = """\
+    import os as _os
+    def _evil(*args, **kwargs):
+        _os.environ.get("ran")
+        return None
+    class _Evil:
+        def __call__(self, *args, **kwargs):
+            return _evil()
+        def __add__(self, other):
+            return _evil()
+        def __get__(self, obj, owner=None):
+            return "feature_ext"
+"""
+THROUGH_THE_PROJECTS_HOOK = {
+    "builtins of the candidate's under the hook's unchanged code": (
+        "import builtins as _b\n__builtins__ = dict(vars(_b), __import__=lambda *a, **k: _b.__import__(*a, **k))\n"
+        + FEATURE + PROJECT_HOOK, "import hook _Redirect installed from"),
+    "an object of the candidate's in the hook's attributes": (
+        FEATURE + PROJECT_HOOK + textwrap.dedent(EVIL) + "_redirect.name = _Evil()\n",
+        "import hook _Redirect installed from"),
+    "a descriptor of the candidate's on the hook's class, its methods unchanged": (
+        FEATURE + PROJECT_HOOK + textwrap.dedent(EVIL) + "_Redirect.name = _Evil()\n",
+        "import hook _Redirect installed from"),
+    "a staticmethod set on the hook": (
+        FEATURE + PROJECT_HOOK + textwrap.dedent(EVIL) + "_redirect.find_spec = staticmethod(_evil)\n",
+        "import hook _Redirect installed from"),
+    "a cached function set on the hook": (
+        FEATURE + PROJECT_HOOK + textwrap.dedent(EVIL) + "import functools\n_redirect.find_spec = functools.lru_cache(_evil)\n",
+        "import hook _Redirect installed from"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(THROUGH_THE_PROJECTS_HOOK))
+def test_the_projects_hook_does_not_vouch_for_what_the_candidate_gives_it(tmp_path: Path, attack: str) -> None:
+    candidate, finding = THROUGH_THE_PROJECTS_HOOK[attack]
+    findings = _run(tmp_path, candidate, start=PROJECT_HOOK)
+    assert any(f.startswith(finding) for f in findings), findings
+
+
+WITHOUT_CODE_OF_ITS_OWN = {
+    "a callable object as a finder's method": ("""\
+        import sys
+        class Finder:
+            find_spec = _Evil()
+        sys.meta_path.insert(0, Finder())
+    """, "import hook Finder installed from"),
+    "a partialmethod as a finder's method": ("""\
+        import functools, sys
+        class Finder:
+            find_spec = functools.partialmethod(_evil)
+        sys.meta_path.insert(0, Finder())
+    """, "import hook Finder installed from"),
+    "a namespace as a finder": ("""\
+        import sys, types
+        sys.meta_path.insert(0, types.SimpleNamespace(find_spec=staticmethod(_evil)))
+    """, "import hook SimpleNamespace installed from"),
+    "a thread that runs a string": ("""\
+        import threading
+        threading.Thread(target=exec, args=("import time; time.sleep(5)", {}), daemon=True).start()
+    """, "a thread runs the builtin exec"),
+    "a module of pytest's swapped for a lookalike": ("""\
+        import re, types, _pytest.junitxml
+        fake = types.ModuleType("re")
+        vars(fake).update(vars(re))
+        fake.sub = lambda *args, **kwargs: re.sub(*args, **kwargs)
+        _pytest.junitxml.re = fake
+    """, "replaced _pytest.junitxml.re"),
+    "the standard library's re.sub the report is written with": ("""\
+        import re
+        _sub = re.sub
+        re.sub = lambda *args, **kwargs: _sub(*args, **kwargs)
+    """, "replaced re.sub"),
+    "the standard library's os.write the outcome stream is written with": ("""\
+        import os
+        os.write = _evil
+    """, "replaced os.write"),
+    "the code of the JUnit writer swapped from a string run in a thread": ("""\
+        import threading
+        src = "from _pytest.junitxml import _NodeReporter as N\\nN.append_failure.__code__ = N.append_pass.__code__"
+        threading.Thread(target=lambda: exec(src, {})).start()
+    """, "the code of _NodeReporter.append_failure swapped from"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(WITHOUT_CODE_OF_ITS_OWN))
+def test_what_runs_without_a_function_of_its_own_is_judged(tmp_path: Path, attack: str) -> None:
+    code, finding = WITHOUT_CODE_OF_ITS_OWN[attack]
+    findings = _run(tmp_path, FEATURE + textwrap.dedent(EVIL) + textwrap.dedent(code))
+    assert any(f.startswith(finding) for f in findings), findings
+
+
 def test_a_hook_from_a_candidate_file_later_swapped_for_a_link(tmp_path: Path) -> None:
     # The hook's code still names the candidate's file; resolved, the path now leads into the
     # standard library. Named or resolved, it is the candidate's.
