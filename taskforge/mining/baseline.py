@@ -41,6 +41,10 @@ class Baseline:
     load_sensitive: tuple[str, ...] = ()
     """Tests whose outcome changed in a run beside busy processes, or whose code times what it
     tests (:func:`timing_tests`): in neither list."""
+    selection_sensitive: tuple[str, ...] = ()
+    """Tests that pass when the whole suite is collected but not when selected by id, as scoring
+    selects them (only their files collected): a test that needs a module only the collection of
+    the package's doctests imports. In neither list."""
     marked_flaky: tuple[str, ...] = ()
     """Tests the project itself marks flaky (``@pytest.mark.flaky``, the flaky package's
     ``@flaky``; ``RunResult.marked_flaky``): in neither list, whatever the baseline saw."""
@@ -159,6 +163,16 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
     # what it tests (zipp's big-O checks, one of them not marked flaky) fails on some busy host
     # sooner or later, whatever the baseline saw.
     load_sensitive |= timing_tests(runner.snapshot.path, agreed)
+    # One more run that selects the passing tests by id, as scoring does: only their files are
+    # collected. A test that passes only beside what the collection of other files imports (a
+    # handler registered by a package module that ``--doctest-modules`` collects) fails or is
+    # skipped there, and would fail every task's gold run.
+    passed = [t for t, outcome in agreed.items() if outcome == "passed"]
+    selected = runner.run(select=passed, env={"PYTHONHASHSEED": str(hash_seeds(1)[0])})
+    result.runs += 1
+    selection_sensitive = set()
+    if selected.status in ("ok", "tests_failed", "collection_errors"):
+        selection_sensitive = {t for t in passed if t not in selected.results or selected.results[t].outcome != "passed"}
     seen = set().union(*(run.results for run in fresh))
     # The parametrizations of one test function come from one parametrize call: if some of their
     # ids differ between seeds, the others only matched by chance (a set's order kept one element
@@ -173,7 +187,7 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
     return Baseline(
         passing=tuple(t for t in first.results
                       if agreed.get(t) == "passed" and t not in seed_dependent and t not in ambiguous
-                      and t not in load_sensitive and t not in marked_flaky),
+                      and t not in load_sensitive and t not in marked_flaky and t not in selection_sensitive),
         tests=tuple(first.results),
         coverage=first.coverage or {},
         importable=tuple(m for m in sorted(index.modules) if m not in first.import_errors),
@@ -181,6 +195,7 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
         seconds=max(run.duration_s for run in fresh),
         ignored=ignored,
         load_sensitive=tuple(sorted(load_sensitive - seed_dependent)),
+        selection_sensitive=tuple(sorted(selection_sensitive - seed_dependent - load_sensitive)),
         marked_flaky=tuple(sorted(marked_flaky)),
         fork_server=fork_server,
         import_time=measured_import_time(index, first.import_calls),

@@ -42,6 +42,8 @@ class RepoResult:
     """Tests whose id or outcome differed between baseline runs under different hash seeds."""
     load_sensitive: int = 0
     """Tests whose outcome changed when the baseline ran beside busy processes (timing tests)."""
+    selection_sensitive: int = 0
+    """Tests that passed in the whole suite but not when selected by id, as scoring selects them."""
     marked_flaky: int = 0
     """Tests the project marks flaky itself (left out of both lists, like the two above)."""
     plugins_off: list[str] = field(default_factory=list)

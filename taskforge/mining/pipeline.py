@@ -130,6 +130,7 @@ def _mine_repository(
         result.seed_dependent = len(baseline.seed_dependent)
         result.load_sensitive = len(baseline.load_sensitive)
         result.marked_flaky = len(baseline.marked_flaky)
+        result.selection_sensitive = len(baseline.selection_sensitive)
         runner.timeout_s = result.run_timeout_s = run_timeout(baseline.seconds, config.timeout_s)
         # A plugin that does not fit this pytest, a test module broken in the project itself: what
         # the runner found every run needs goes into the tasks' environment, for scoring too.
