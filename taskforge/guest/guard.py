@@ -72,7 +72,8 @@ _WATCHED = (
 _WATCHED_PREFIXES = ("_pytest", "pytest", "pluggy", "unittest", "xml.etree", "doctest")
 # The standard library the report and the outcome stream are written with (the JUnit writer's
 # ``re.sub``, the stream's ``os.write`` and JSON encoder), watched as pytest's own modules are.
-_WATCHED_STDLIB = frozenset({"builtins", "os", "posix", "re", "json", "json.encoder", "functools", "io"})
+_WATCHED_STDLIB = frozenset({"builtins", "os", "posix", "re", "re._compiler", "re._parser", "json", "json.encoder",
+                             "functools", "io", "enum", "_collections_abc", "collections", "collections.abc", "codecs"})
 _REPORT_HOOKS = ("pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_report_teststatus",
                  "pytest_runtest_protocol", "pytest_runtest_call", "pytest_pyfunc_call")
 # Module globals pytest itself swaps during a run.
@@ -223,6 +224,20 @@ _HOOKS_AT_START = {id(entry): entry for entry in [*sys.meta_path, *sys.path_hook
 _EMIT = getattr(sys.modules.get("taskforge_pytest_plugin"), "_emit", None)
 
 
+def _replacement_why(key: str, value: Any) -> str | None:
+    """Why a member of a watched module or class put there since the start runs code that is not
+    trusted, or is in no place pytest puts it: a descriptor by its class and what it holds
+    (``types.DynamicClassAttribute(fget)`` as ``TestReport.failed``)."""
+    return _untrusted(value) or (_untrusted_object(value, 0) if _descriptor(value) else None) or _misplaced(key, value)
+
+
+def _descriptor(value: Any) -> bool:
+    """An object a class lookup calls into (``types.DynamicClassAttribute``, ``cached_property``)."""
+    kind = type(value)
+    return kind is not type and any(hasattr(kind, name) for name in ("__get__", "__set__", "__delete__")) and not isinstance(
+        value, (types.FunctionType, types.BuiltinFunctionType))
+
+
 def _members(module_name: str) -> Iterator[tuple[str, Any]]:
     module = _MODULES.get(module_name)
     if module is None:
@@ -233,7 +248,7 @@ def _members(module_name: str) -> Iterator[tuple[str, Any]]:
         yield f"{module_name}.{name}", value
         if isinstance(value, type) and value.__module__ == module_name:
             for attr, member in list(vars(value).items()):
-                if callable(member) or isinstance(member, (property, classmethod, staticmethod)):
+                if callable(member) or isinstance(member, (property, classmethod, staticmethod)) or _descriptor(member):
                     yield f"{module_name}.{name}.{attr}", member
 
 
@@ -622,7 +637,7 @@ def _untrusted_member(value: Any, depth: int) -> str | None:
         return next((why for p in parts if (why := _untrusted_object(p, depth + 1))), None)
     if callable(value) or isinstance(value, (classmethod, property)):
         return _untrusted(value, depth)
-    return _untrusted(type(value), depth)  # a descriptor: its class's code runs
+    return _untrusted_object(value, depth)  # a descriptor: its class's code runs, and what it holds
 
 
 _GLOBALS_BY_FILE: dict[str, set[int]] = {}
@@ -726,6 +741,9 @@ class _Guard:
         _JUDGED.clear()
         for finding in _early:
             self.note(finding)
+        for key in _own_changed():
+            self.note(f"replaced {key}, which the verdict is written with")
+        self._config_hook(config)
         for entry in [*sys.meta_path, *sys.path_hooks]:
             if _HOOKS_AT_START.get(id(entry)) is not entry and (why := _untrusted_hook(entry)) is not None:
                 self.note(f"import hook {type(entry).__name__} installed from {why}")
@@ -737,10 +755,10 @@ class _Guard:
         if changed:
             current = {key: value for name in changed for key, value in _members(name)}
             for key, value in current.items():
-                if _objects.get(key, value) is not value and (why := _untrusted(value) or _misplaced(key, value)):
+                if _objects.get(key, value) is not value and (why := _replacement_why(key, value)):
                     self.note(f"replaced {key} ({why})")
             for key in current.keys() - _objects.keys():  # a new override (``TestReport.__setattr__``)
-                if why := _untrusted(current[key]) or _misplaced(key, current[key]):
+                if why := _replacement_why(key, current[key]):
                     self.note(f"added {key} ({why})")
             for name in changed:
                 for key in set(_BASELINE_KEYS[name]) - current.keys():
@@ -751,13 +769,29 @@ class _Guard:
                 for name, value in list(vars(instance).items()):
                     inner = list(value.values())[:64] if isinstance(value, dict) else [value]
                     for each in inner:
-                        if callable(each) and (why := _untrusted(each)) is not None:
+                        why = _untrusted(each) if callable(each) else _untrusted_object(each, 0) if what == "terminal writer" else None
+                        if why is not None:
                             self.note(f"replaced {name} on the {what} ({why})")
                             break
         self._callbacks()
         if full:
             self._import_caches()
         self._hooks(config, full=full)
+
+    def _config_hook(self, config: pytest.Config) -> None:
+        """``config.hook``, which ``Node.ihook`` calls: the plugin manager's hook table, or pytest's
+        proxy around it (``PathAwareHookProxy``), whose cached callers are the table's own or
+        pytest's wrappers of them."""
+        hook, relay = config.hook, config.pluginmanager.hook
+        if hook is relay:
+            return
+        held = getattr(hook, "__dict__", None)
+        if id(type(hook)) not in _VERDICT_CLASSES or not isinstance(held, dict) or held.get("_hook_relay") is not relay:
+            self.note(f"config.hook is not the plugin manager's ({_named(hook)})")
+            return
+        for key, value in list(held.items()):
+            if key != "_hook_relay" and value is not getattr(relay, key, None) and (why := _untrusted(value)):
+                self.note(f"config.hook's {key} runs {why}")
 
     def _hooks(self, config: pytest.Config, *, full: bool) -> None:
         """The hook table holds pluggy's own callers, the ones first seen under each name; each
@@ -865,6 +899,9 @@ def _watched_instances(config: pytest.Config) -> Iterator[tuple[str, Any]]:
     terminal = config.pluginmanager.get_plugin("terminalreporter")
     if terminal is not None:
         yield "terminal reporter", terminal
+        writer = getattr(terminal, "_tw", None)
+        if writer is not None and isinstance(getattr(writer, "__dict__", None), dict):
+            yield "terminal writer", writer  # its file's ``write`` runs inside every report hook
 
 
 def _code_objects(code: Any, into: dict[tuple[str, int], Any]) -> dict[tuple[str, int], Any]:
@@ -1089,3 +1126,31 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 _load_trusted(only=__name__)  # the guard's own code, as loaded
+
+
+def _own_namespaces() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """The guard's own module and taskforge's report plugin's, and their classes: what the findings
+    and the outcome stream are written with (the plugin's held ``os.write``, the guard's ``note``).
+    Each namespace, and a copy of it as it is now, complete."""
+    found = []
+    for name in (__name__, "taskforge_pytest_plugin"):
+        module = sys.modules.get(name)
+        if not isinstance(module, types.ModuleType):
+            continue
+        spaces = [vars(module)] + [vars(v) for v in list(vars(module).values())
+                                   if isinstance(v, type) and v.__module__ == name]
+        found += [(name, space, dict(space)) for space in spaces]
+    return found
+
+
+def _own_changed() -> list[str]:
+    """Names of the guard's or the plugin's namespaces bound to another object since they loaded."""
+    changed = []
+    for name, space, start in _OWN:
+        if len(space) == len(start) and all(space.get(key, start) is value for key, value in start.items()):
+            continue
+        changed += [f"{name}.{key}" for key in sorted(set(space) | set(start)) if space.get(key, _OWN) is not start.get(key, _OWN)]
+    return changed
+
+
+_OWN = _own_namespaces()

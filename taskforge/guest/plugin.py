@@ -278,18 +278,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 # ``os.write`` or the JSON encoder's module attributes later, and rewrite each line on its way out.
 _WRITE = os.write
 _QUOTE = json.encoder.encode_basestring_ascii  # C, or the module's own function as it loaded
-_STR, _INT, _BOOL = str, int, bool
+_STR, _INT, _BOOL, _LIST, _TYPE = str, int, bool, list, type
 
 
 def _line(record: dict[str, Any]) -> bytes:
     """``record`` (string keys; string, integer or boolean values, or lists of strings) as a line of
     JSON, written with the primitives held above only."""
     def value(v: Any) -> str:
-        if type(v) is _BOOL:
+        kind = _TYPE(v)
+        if kind is _BOOL:
             return "true" if v else "false"
-        if type(v) is _INT:
+        if kind is _INT:
             return _INT.__repr__(v)
-        if type(v) is list:
+        if kind is _LIST:
             return "[" + ", ".join([value(e) for e in v]) + "]"
         return _QUOTE(_STR(v))
 

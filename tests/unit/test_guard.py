@@ -301,6 +301,60 @@ def test_what_runs_without_a_function_of_its_own_is_judged(tmp_path: Path, attac
     assert any(f.startswith(finding) for f in findings), findings
 
 
+# A fourth red team (2026-12-07, against the fixes above): the guard's own module, pytest's second
+# reference to the hook table, the terminal writer's file, a descriptor that is no callable, and
+# the standard library's abstract mappings the JUnit writer reads the environment through.
+PLACES_NO_LIST_NAMED = {
+    "the guard's own judge replaced": ("""\
+        import sys
+        sys.modules["taskforge_pytest_guard"]._untrusted = lambda *args, **kwargs: None
+    """, "replaced taskforge_pytest_guard._untrusted, which the verdict is written with"),
+    "config.hook set to a proxy": ("""\
+        import gc, _pytest.config
+        config = next(o for o in gc.get_objects() if isinstance(o, _pytest.config.Config))
+        class Proxy:
+            def __init__(self, inner):
+                self._inner = inner
+            def __getattr__(self, name):
+                return getattr(self._inner, name)
+        config.hook = Proxy(config.hook)
+    """, "config.hook is not the plugin manager's"),
+    "the terminal writer's file": ("""\
+        import gc, _pytest.config
+        config = next(o for o in gc.get_objects() if isinstance(o, _pytest.config.Config))
+        class File:
+            def __init__(self, inner):
+                self._inner = inner
+            def write(self, text):
+                return self._inner.write(text)
+            def flush(self):
+                return self._inner.flush()
+            def __getattr__(self, name):
+                return getattr(self._inner, name)
+        def _wrap(config=config):
+            writer = config.pluginmanager.get_plugin("terminalreporter")._tw
+            writer._file = File(writer._file)
+        _wrap()
+    """, "replaced _file on the terminal writer"),
+    "a descriptor that is no callable on a report class": ("""\
+        import types, _pytest.reports
+        _pytest.reports.TestReport.failed = types.DynamicClassAttribute(lambda self: self.outcome == "failed")
+    """, "added _pytest.reports.TestReport.failed"),
+    "the abstract mapping the JUnit writer reads the environment through": ("""\
+        import collections.abc
+        _get = collections.abc.Mapping.get
+        collections.abc.Mapping.get = lambda self, key, default=None: _get(self, key, default)
+    """, "replaced collections.abc.Mapping.get"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(PLACES_NO_LIST_NAMED))
+def test_places_no_list_named_before(tmp_path: Path, attack: str) -> None:
+    code, finding = PLACES_NO_LIST_NAMED[attack]
+    findings = _run(tmp_path, FEATURE + textwrap.dedent(code))
+    assert any(f.startswith(finding) for f in findings), findings
+
+
 def test_a_hook_from_a_candidate_file_later_swapped_for_a_link(tmp_path: Path) -> None:
     # The hook's code still names the candidate's file; resolved, the path now leads into the
     # standard library. Named or resolved, it is the candidate's.
