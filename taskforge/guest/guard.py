@@ -1149,8 +1149,14 @@ def _own_changed() -> list[str]:
     for name, space, start in _OWN:
         if len(space) == len(start) and all(space.get(key, start) is value for key, value in start.items()):
             continue
-        changed += [f"{name}.{key}" for key in sorted(set(space) | set(start)) if space.get(key, _OWN) is not start.get(key, _OWN)]
+        changed += [f"{name}.{key}" for key in sorted(set(space) | set(start))
+                    if key not in _OWN_VOLATILE and space.get(key, _OWN) is not start.get(key, _OWN)]
     return changed
+
+
+_OWN_VOLATILE = frozenset({"__warningregistry__"})
+"""What the interpreter itself adds to a module: the registry of the warnings its code issued (a
+held-out project's gold patches were ``tampered`` by it)."""
 
 
 _OWN = _own_namespaces()

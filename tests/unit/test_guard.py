@@ -194,6 +194,31 @@ def test_the_projects_own_import_hook_in_the_candidates_file_is_no_tampering(tmp
     assert _run(tmp_path, candidate, start=start) == []
 
 
+def test_a_warning_the_guards_own_lookups_raise_is_no_tampering(tmp_path: Path) -> None:
+    """An object of the project that warns as an attribute is looked up, attributed to the caller
+    (``stacklevel=2``): the guard, judging the project's hook, is that caller, and the interpreter
+    adds ``__warningregistry__`` to the guard's namespace. A held-out project's gold patches were
+    ``tampered`` by it."""
+    start = PROJECT_HOOK + textwrap.dedent("""\
+
+
+        import warnings
+
+
+        class _Legacy:
+            def __call__(self):
+                return None
+
+            def __getattr__(self, name):
+                warnings.warn(f"{name} is deprecated", UserWarning, stacklevel=2)
+                raise AttributeError(name)
+
+
+        _redirect.handler = _Legacy()
+    """)
+    assert _run(tmp_path, FEATURE + "\n\n" + start, start=start) == []
+
+
 @pytest.mark.parametrize("attack", ["method", "instance", "no_start"])
 def test_the_projects_import_hook_changed_by_the_candidate(tmp_path: Path, attack: str) -> None:
     """A method of the hook's class changed, a function set on the project's hook object, or a
