@@ -228,14 +228,23 @@ def _replacement_why(key: str, value: Any) -> str | None:
     """Why a member of a watched module or class put there since the start runs code that is not
     trusted, or is in no place pytest puts it: a descriptor by its class and what it holds
     (``types.DynamicClassAttribute(fget)`` as ``TestReport.failed``)."""
-    return _untrusted(value) or (_untrusted_object(value, 0) if _descriptor(value) else None) or _misplaced(key, value)
+    return _untrusted(value) or (_untrusted_member(value, 0) if _runs_code(value) else None) or _misplaced(key, value)
 
 
-def _descriptor(value: Any) -> bool:
-    """An object a class lookup calls into (``types.DynamicClassAttribute``, ``cached_property``)."""
-    kind = type(value)
-    return kind is not type and any(hasattr(kind, name) for name in ("__get__", "__set__", "__delete__")) and not isinstance(
-        value, (types.FunctionType, types.BuiltinFunctionType))
+def _runs_code(value: Any) -> bool:
+    """Whether a class's member or an object's attribute runs code when it is looked up or called:
+    a function, a method, a descriptor, a partial, or an object whose class has Python code of its
+    own for it (a callable object, a descriptor: ``find_spec = _Finder()`` on a class). A C
+    callable that runs nothing of its own (``operator.attrgetter``) is data here."""
+    if isinstance(value, type):
+        return False
+    if isinstance(value, (types.FunctionType, types.MethodType, functools.partial, functools.partialmethod,
+                          classmethod, staticmethod, property)):
+        return True
+    if callable(value) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
+        return True  # functools.lru_cache
+    return any(isinstance(vars(k).get(name), types.FunctionType) for k in type(value).__mro__
+               for name in ("__call__", "__get__", "__set__", "__delete__"))
 
 
 def _members(module_name: str) -> Iterator[tuple[str, Any]]:
@@ -248,7 +257,7 @@ def _members(module_name: str) -> Iterator[tuple[str, Any]]:
         yield f"{module_name}.{name}", value
         if isinstance(value, type) and value.__module__ == module_name:
             for attr, member in list(vars(value).items()):
-                if callable(member) or isinstance(member, (property, classmethod, staticmethod)) or _descriptor(member):
+                if callable(member) or isinstance(member, (property, classmethod, staticmethod)) or _runs_code(member):
                     yield f"{module_name}.{name}.{attr}", member
 
 
@@ -613,22 +622,6 @@ def _untrusted_object(obj: Any, depth: int) -> str | None:
 _JUDGED: dict[int, tuple[Any, str | None]] = {}  # objects judged in this check
 _BUILTINS = vars(importlib.import_module("builtins"))
 _RUNS_STRINGS = (exec, eval, compile)
-
-
-def _runs_code(value: Any) -> bool:
-    """Whether a class's member or an object's attribute runs code when it is looked up or called:
-    a function, a method, a descriptor, a partial, or an object whose class has Python code of its
-    own for it (a callable object, a descriptor: ``find_spec = _Finder()`` on a class). A C
-    callable that runs nothing of its own (``operator.attrgetter``) is data here."""
-    if isinstance(value, type):
-        return False
-    if isinstance(value, (types.FunctionType, types.MethodType, functools.partial, functools.partialmethod,
-                          classmethod, staticmethod, property)):
-        return True
-    if callable(value) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
-        return True  # functools.lru_cache
-    return any(isinstance(vars(k).get(name), types.FunctionType) for k in type(value).__mro__
-               for name in ("__call__", "__get__", "__set__", "__delete__"))
 
 
 def _untrusted_member(value: Any, depth: int) -> str | None:

@@ -319,13 +319,6 @@ WITHOUT_CODE_OF_ITS_OWN = {
 }
 
 
-@pytest.mark.parametrize("attack", sorted(WITHOUT_CODE_OF_ITS_OWN))
-def test_what_runs_without_a_function_of_its_own_is_judged(tmp_path: Path, attack: str) -> None:
-    code, finding = WITHOUT_CODE_OF_ITS_OWN[attack]
-    findings = _run(tmp_path, FEATURE + textwrap.dedent(EVIL) + textwrap.dedent(code))
-    assert any(f.startswith(finding) for f in findings), findings
-
-
 # A fourth red team (2026-12-07, against the fixes above): the guard's own module, pytest's second
 # reference to the hook table, the terminal writer's file, a descriptor that is no callable, and
 # the standard library's abstract mappings the JUnit writer reads the environment through.
@@ -373,10 +366,11 @@ PLACES_NO_LIST_NAMED = {
 }
 
 
-@pytest.mark.parametrize("attack", sorted(PLACES_NO_LIST_NAMED))
-def test_places_no_list_named_before(tmp_path: Path, attack: str) -> None:
-    code, finding = PLACES_NO_LIST_NAMED[attack]
-    findings = _run(tmp_path, FEATURE + textwrap.dedent(code))
+@pytest.mark.parametrize("attack", sorted({**WITHOUT_CODE_OF_ITS_OWN, **PLACES_NO_LIST_NAMED}))
+def test_what_runs_without_a_function_of_its_own_or_in_a_place_no_list_named_is_judged(
+        tmp_path: Path, attack: str) -> None:
+    code, finding = {**WITHOUT_CODE_OF_ITS_OWN, **PLACES_NO_LIST_NAMED}[attack]
+    findings = _run(tmp_path, FEATURE + textwrap.dedent(EVIL) + textwrap.dedent(code))
     assert any(f.startswith(finding) for f in findings), findings
 
 
