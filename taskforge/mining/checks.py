@@ -307,7 +307,7 @@ def check_naive(
     timings: dict[str, list[float]] = {"full_s": []}
 
     def fresh(state: dict[str, str | None], **kwargs: Any) -> RunResult:
-        with SuiteRunner(ctx.snapshot, ctx.env, backend=backend, limits=limits,
+        with SuiteRunner(ctx.snapshot, ctx.env, backend=backend, limits=limits, base_changes=ctx.scrubbed,
                          timeout_s=run_timeout(ctx.baseline.seconds, ctx.config.timeout_s), fork_server=False) as runner:
             run = runner.run(changes=state, extra_args=(*CONTINUE_ON_COLLECTION_ERRORS, *traceback_args(ctx.config)), **kwargs)
         result.runs += 1

@@ -113,7 +113,12 @@ def _mine_repository(
     with stage("environment"):
         env = build_environment(snapshot, backend=backend, base=base)
         env = replace(env, pytest_args=(*env.pytest_args, *finding))
-    with SuiteRunner(snapshot, env, backend=backend, limits=limits, timeout_s=config.timeout_s) as runner:
+    # Every run, the baseline's included, sees the tree without what the start state scrubs: a
+    # test that needs a scrubbed file fails in the baseline and is in neither list, rather than
+    # breaking every task's start state.
+    scrubbed = scrub_changes(snapshot)
+    with SuiteRunner(snapshot, env, backend=backend, limits=limits, timeout_s=config.timeout_s,
+                     base_changes=scrubbed) as runner:
         with stage("index"):
             layout = runner.layout()  # where the project's pytest configuration puts its tests
             index = build_index(snapshot.path, package_paths=env.package_paths, layout=layout)
@@ -144,7 +149,7 @@ def _mine_repository(
         result.candidates = len(candidates)
         work = tempfile.TemporaryDirectory(prefix="taskforge-start-")
         ctx = Context(snapshot=snapshot, env=env, index=index, baseline=baseline, agent=ctx_agent, config=config,
-                       scrubbed=scrub_changes(snapshot), work_dir=Path(work.name), tests=ClassIndex(snapshot.path, layout=layout),
+                       scrubbed=scrubbed, work_dir=Path(work.name), tests=ClassIndex(snapshot.path, layout=layout),
                        layout=layout,
                        scorer=scorer, interfaces=interfaces)
         with work:

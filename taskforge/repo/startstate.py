@@ -9,7 +9,7 @@ no object of the original history exist in it.
 Scrubbing removes what can carry a copy of the removed code or of the hidden tests' names even
 when the repository tracks it: bytecode, tool caches (mypy, pytype, pyre, ruff, pytest's
 ``lastfailed`` node ids, hypothesis), coverage data, tox/nox trees, build output and built docs,
-egg-info, editor and patch leftovers, notebook checkpoints. Untracked files never get in: the
+the project's own egg-info, editor and patch leftovers, notebook checkpoints. Untracked files never get in: the
 state is built from ``git ls-files``, not from the work tree.
 """
 
@@ -34,8 +34,12 @@ _SCRUB_DIRS = frozenset({
     "__pycache__", ".mypy_cache", ".pytype", ".pyre", ".ruff_cache", ".pytest_cache", ".hypothesis",
     "htmlcov", ".tox", ".nox", ".eggs", ".ipynb_checkpoints", "_build", ".dmypy",
 })
-# Directory-name patterns removed wherever they appear.
-_SCRUB_DIR_GLOBS = ("*.egg-info", "*.dist-info")
+# A project's own packaging metadata (its file list names every module, a removed one too), where
+# setuptools writes it: at the root or one folder down (``src/NAME.egg-info``). Deeper down such a
+# folder is the project's data (a packaging library's tests read ``tests/unit/dodgy/*.egg-info``),
+# and the audit reads it like any other file.
+_SCRUB_METADATA_GLOBS = ("*.egg-info", "*.dist-info")
+_METADATA_DEPTH = 2
 # Directories removed only at these places: a package may well have a subpackage named `build`.
 _SCRUB_ROOTED = frozenset({"build", "dist", "docs/build", "doc/build", "docs/site"})
 # Files removed wherever they appear.
@@ -63,7 +67,9 @@ def is_scrubbed(path: str) -> bool:
     """Whether a repo-relative path is something the start state must not contain."""
     parts = PurePosixPath(path).parts
     for depth, name in enumerate(parts[:-1]):
-        if name in _SCRUB_DIRS or any(fnmatch.fnmatchcase(name, g) for g in _SCRUB_DIR_GLOBS):
+        if name in _SCRUB_DIRS:
+            return True
+        if depth < _METADATA_DEPTH and any(fnmatch.fnmatchcase(name, g) for g in _SCRUB_METADATA_GLOBS):
             return True
         if "/".join(parts[: depth + 1]) in _SCRUB_ROOTED:
             return True

@@ -372,8 +372,10 @@ class SuiteRunner:
         bytecode_cache: bool = True,
         fork_server: bool = True,
         laid: bool = False,
+        base_changes: Mapping[str, str | bytes | None] | None = None,
     ) -> None:
-        """``sandbox``: an already started container of ``env.image`` to use first (a pool's);
+        """``base_changes``: applied under every run's own changes (the start state's scrub: the
+        baseline must see the tree every task's start state starts from); ``sandbox``: an already started container of ``env.image`` to use first (a pool's);
         ``laid``: it holds the tree and the tools already (:meth:`lay`, a pool's work ahead of time);
         ``tool_files``: more files for /tmp/taskforge/plugin (another pytest plugin);
         ``bytecode_cache``: keep compiled bytecode across runs (a warm container's gain); false for
@@ -393,6 +395,7 @@ class SuiteRunner:
         self._tool_files = dict(tool_files or {})
         self.bytecode_cache = bytecode_cache
         self.fork_server = fork_server
+        self.base_changes = dict(base_changes or {})
         self.plugins_off: list[str] = []
         """Installed pytest plugins that ``layout`` found do not fit this pytest, now off (``-p no:``)."""
         self.found_args: tuple[str, ...] = ()
@@ -513,7 +516,7 @@ class SuiteRunner:
         """:meth:`run`, ``repeats`` times in one exec: each repeat starts from a fresh reset of the
         same state, after every process of the one before was killed. ``imports`` are checked
         before the first. A timeout or resource limit ends them all, and each reports it."""
-        changes = changes or {}
+        changes = {**self.base_changes, **(changes or {})}
         box = self._sandbox()
         text_changes = {path: text.encode() if isinstance(text, str) else text
                         for path, text in changes.items() if text is not None}

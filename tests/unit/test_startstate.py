@@ -30,6 +30,10 @@ REMOVED = "def secret_feature(x):\n    raise NotImplementedError\n"
         ("build/lib/pkg/mod.py", True),
         ("dist/pkg-1.0.tar.gz", True),
         ("src/pkg.egg-info/SOURCES.txt", True),
+        ("pkg.egg-info/PKG-INFO", True),
+        ("pkg-1.0.dist-info/RECORD", True),
+        ("tests/unit/dodgy/namespaced.dodgy-0.1.egg-info/PKG-INFO", False),  # a packaging library's test data
+        ("docs/examples/mypackage-0.1.dist-info/METADATA", False),
         ("docs/_build/html/_modules/pkg/mod.html", True),
         ("pkg/mod.py.orig", True),
         ("pkg/mod.py.rej", True),
