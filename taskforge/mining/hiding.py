@@ -9,7 +9,8 @@ diff that restores them) with git.
   function is hidden**, and the caller must treat all of them as hidden (FAIL_TO_PASS or left out),
   not only the ids it passed.
 * A test is hidden by deleting it where it is defined, which may be another class and another
-  file: ``tests/test_lru.py::LRUCacheTest::test_update``, which ``LRUCacheTest`` inherits from
+  file (a class imported into the module pytest collects is hidden where it is defined:
+  ``tests/__main__.py::TestCache::test_x``, with ``from .test_cache import TestCache`` there): ``tests/test_lru.py::LRUCacheTest::test_update``, which ``LRUCacheTest`` inherits from
   ``CacheTestMixin`` in ``tests/__init__.py``, deletes ``CacheTestMixin.test_update`` and returns
   the new ``tests/__init__.py``. The definer is the first class of the id's class's method
   resolution order (C3, over the bases found in the repository) whose body defines the name. Base
@@ -402,9 +403,10 @@ class ClassIndex:
             if name not in module.top:
                 raise _unhideable(f"{nodeid}: {name} is not defined in {path} (generated or imported?)")
             return path, parts
-        if owner not in module.classes:
-            raise _unhideable(f"{nodeid}: no class {'::'.join(owner)} in {path}")
-        mro = self.mro(_ClassRef(path, owner))
+        cls = _ClassRef(path, owner) if owner in module.classes else self._imported_class(path, owner)
+        if cls is None:
+            raise _unhideable(f"{nodeid}: no class {'::'.join(owner)} in {path}, nor imported into it from the repository")
+        mro = self.mro(cls)
         definers = [c for c in mro if isinstance(c, _ClassRef) and name in self._members(c)]
         if not definers:
             outside = [c for c in mro if isinstance(c, str)]
@@ -416,6 +418,15 @@ class ClassIndex:
         if definer.path != path and not self.layout.is_test_file(definer.path):
             raise _unhideable(f"{nodeid}: inherited from {definer}, which is not test code")
         return definer.path, (*definer.qualname, name)
+
+    def _imported_class(self, path: str, owner: tuple[str, ...]) -> _ClassRef | None:
+        """The class of the repository that ``owner`` names in ``path`` once the file has run, when
+        the file imports it (an aggregating module that pytest collects, ``from .test_cache import
+        TestCache``, with ``python_files = "__main__.py"``): its tests are defined, and hidden, there."""
+        found = self._lookup(path, (), owner[0], None, frozenset())
+        for attribute in owner[1:]:
+            found = self._member(found, attribute, frozenset())
+        return found if isinstance(found, _ClassRef) else None
 
     def doctest_owner(self, nodeid: str, path: str) -> tuple[str, ...]:
         """The qualname in ``path`` whose docstring holds the doctest ``nodeid`` names (``()``: the

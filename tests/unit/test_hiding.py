@@ -361,6 +361,28 @@ def test_a_test_inherited_from_another_file_is_hidden_there(tmp_path: Path) -> N
     assert list(collect(tmp_path)) == ["tests/test_a.py::TestA::test_own"]
 
 
+def test_a_class_imported_into_the_module_pytest_collects_is_hidden_where_it_is_defined(tmp_path: Path) -> None:
+    """A project whose pytest configuration collects one module that imports every test class
+    (``python_files = "__main__.py"``, as a held-out parser generator's suite does): its tests
+    were unhideable ("no class TestCache in tests/__main__.py"), and every one of 60 candidates
+    was rejected."""
+    cache = "import unittest\n\n\nclass TestCache(unittest.TestCase):\n    def test_a(self):\n        pass\n\n" \
+            "    def test_b(self):\n        pass\n"
+    write(tmp_path, {
+        "tests/__init__.py": "",
+        "tests/test_cache.py": cache,
+        "tests/__main__.py": "import unittest\n\nfrom .test_cache import TestCache\n\n"
+                             "if __name__ == '__main__':\n    unittest.main()\n",
+    })
+    args = ("-o", "python_files=__main__.py", "tests")
+    before = collect(tmp_path, *args)
+    assert before == {f"tests/__main__.py::TestCache::test_{x}": f"tests/test_cache.py::TestCache::test_{x}" for x in "ab"}
+    changes = hide_tests(tmp_path, ["tests/__main__.py::TestCache::test_b"])
+    assert changes == {"tests/test_cache.py": cache.replace("\n\n    def test_b(self):\n        pass", "")}
+    apply(tmp_path, changes)
+    assert list(collect(tmp_path, *args)) == ["tests/__main__.py::TestCache::test_a"]
+
+
 @pytest.mark.parametrize(
     ("files", "nodeid", "message"),
     [
@@ -459,6 +481,7 @@ def test_a_file_left_without_tests_is_deleted(tmp_path: Path) -> None:
         "tests/test_x.py::TestChild::test_missing",  # in no class TestChild inherits from
         "tests/test_x.py::TestMissing::test_a",
         "tests/test_x.py::TestOuter::TestMissing::test_a",
+        "tests/test_x.py::pytest::test_a",  # imported, but no class of the repository
         "tests/test_nofile.py::test_a",
     ],
 )
