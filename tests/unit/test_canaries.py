@@ -434,6 +434,22 @@ def test_a_method_inherited_from_another_module_gets_no_twin() -> None:
     assert {t.name for t in make_twins(files, ids, seed="s")} == {"test_tuples", "test_own"}
 
 
+def test_a_class_imported_into_the_collected_module_gets_its_twin_where_it_is_defined() -> None:
+    """``python_files = "__main__.py"``: pytest collects ``tests/__main__.py``, which imports
+    ``TestCache`` from ``tests/test_cache.py``; the hidden test is defined, and its twin placed,
+    there. A test of the class that stays PASS_TO_PASS gets none, and neither does a name two
+    hidden files define."""
+    cache = "class TestCache:\n    def test_b(self):\n        assert f(2) == 'x'\n\n" \
+            "    def test_c(self):\n        assert f(3) == 'y'\n"
+    files = {"tests/test_cache.py": cache}
+    ids = ["tests/__main__.py::TestCache::test_b", "tests/__main__.py::TestCache::test_c"]
+    twins = make_twins(files, ids[:1], others=ids[1:], seed="s")
+    assert {(t.file, t.name, t.tests) for t in twins} == {("tests/test_cache.py", "test_b", (ids[0],))}
+    text = place_twin(cache, twins[0])
+    assert text != cache and "def test_c" in text
+    assert make_twins({**files, "tests/test_copy.py": cache}, ids[:1], seed="s") == []
+
+
 def test_a_plain_twin_moves_no_line_of_its_file() -> None:
     """A plain twin fails after the test's last statement. On a line of its own, every later
     test of the file would move down a line, and one that checks a line number of its file (a
