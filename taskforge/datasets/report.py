@@ -31,6 +31,7 @@ class ProjectRow:
     tests: int = 0
     passing: int = 0
     seed_dependent: int = 0
+    """Tests whose ids depend on the hash seed or on the date of the run."""
     load_sensitive: int = 0
     candidates: int = 0
     attempted: int = 0
@@ -99,7 +100,7 @@ def build_report(
     rows: list[ProjectRow] = []
     for repository in summary.get("repositories", []):
         row = ProjectRow(source=repository["source"], baseline=True, tests=repository.get("tests", 0),
-                         passing=repository.get("passing", 0), seed_dependent=repository.get("seed_dependent", 0),
+                         passing=repository.get("passing", 0), seed_dependent=repository.get("seed_dependent", 0) + repository.get("date_dependent", 0),
                          load_sensitive=repository.get("load_sensitive", 0),
                          candidates=repository["candidates"], attempted=repository["attempted"],
                          refused=int(repository.get("refused", 0)),
@@ -168,7 +169,7 @@ def render_report(report: YieldReport, *, title: str = "Corpus yield report", pr
             f"- scoring run {number}: gold 1.0 on {scoring['gold_as_wanted']} of {scoring['gold']}, empty 0.0 on "
             f"{scoring['empty_as_wanted']} of {scoring['empty']}; expected tests `missing` in gold runs: "
             f"{scoring['gold_missing']}; tasks not scored: {scoring['tasks_unscored']}")
-    lines += ["", "| project | baseline | tests | passing | seed-dep. | load-sens. | candidates | attempted | tasks | valid | "
+    lines += ["", "| project | baseline | tests | passing | seed/date-dep. | load-sens. | candidates | attempted | tasks | valid | "
               "rejections by reason | cause (below target) |",
               "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|"]
     for row in report.rows:

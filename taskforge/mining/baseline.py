@@ -9,6 +9,7 @@ import re
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from taskforge.errors import TestRunError
@@ -18,7 +19,7 @@ from taskforge.repo.symbols import SymbolIndex
 from taskforge.repo.testfiles import TestLayout
 from taskforge.task import is_ambiguous_doctest_id
 
-__all__ = ["Baseline", "agreed_outcomes", "fork_disagreement", "hash_seeds", "measured_import_time", "run_baseline",
+__all__ = ["Baseline", "agreed_outcomes", "date_dependent_ids", "fork_disagreement", "hash_seeds", "measured_import_time", "run_baseline",
            "run_timeout", "test_function", "timing_tests"]
 
 
@@ -34,6 +35,9 @@ class Baseline:
     seed_dependent: tuple[str, ...] = ()
     """Tests whose node id or outcome differed between runs under different hash seeds: in
     neither FAIL_TO_PASS nor PASS_TO_PASS."""
+    date_dependent: tuple[str, ...] = ()
+    """Tests whose node id holds the date or time of the run (:func:`date_dependent_ids`), and the
+    other parametrizations of their functions: another day's run has other ids. In neither list."""
     ignored: tuple[str, ...] = ()
     """Test modules that could not be collected in the unmodified project, left out of every run."""
     seconds: float = 0.0
@@ -71,6 +75,31 @@ def hash_seeds(count: int) -> list[int]:
         if seed not in seeds:
             seeds.append(seed)
     return seeds
+
+
+_DATE_FORMATS = ("%Y-%m-%d", "%Y%m%d", "%Y/%m/%d", "%Y.%m.%d", "%d/%m/%Y", "%m/%d/%Y", "%d.%m.%Y", "%d-%m-%Y",
+                 "%Y_%m_%d")
+_EPOCH = re.compile(r"(?<!\d)(\d{10})(?:\.\d+)?(?!\d)")
+
+
+def date_dependent_ids(ids: Iterable[str], now: datetime | None = None) -> set[str]:
+    """The ids that hold the date of the run, or a Unix time of it, in their parametrization or
+    name: a test parametrized over ``date.today()`` (a held-out project's
+    ``test_to_string[case7-2026-12-05]``) has another id on another day, so every task that lists
+    it fails ``validate`` and scores gold with an expected test ``missing`` from the next day on.
+    Any day from yesterday to tomorrow counts, in any of the common spellings (the container's
+    time zone may not be the host's)."""
+    now = now or datetime.now(timezone.utc)
+    days = [now + timedelta(days=shift) for shift in (-1, 0, 1)]
+    spellings = {day.strftime(fmt) for day in days for fmt in _DATE_FORMATS}
+    low, high = (now - timedelta(days=2)).timestamp(), (now + timedelta(days=2)).timestamp()
+    found = set()
+    for nodeid in ids:
+        name = nodeid.partition("::")[2]
+        if any(spelling in name for spelling in spellings) or any(
+                low <= int(match.group(1)) <= high for match in _EPOCH.finditer(name)):
+            found.add(nodeid)
+    return found
 
 
 def agreed_outcomes(runs: Sequence[RunResult]) -> dict[str, str]:
@@ -179,6 +208,8 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
     # at the same index), and another seed moves them too.
     unsettled = {test_function(t) for t in seen - set(agreed)}
     seed_dependent = {t for t in seen if test_function(t) in unsettled}
+    dated = {test_function(t) for t in date_dependent_ids(seen)}
+    date_dependent = {t for t in seen if test_function(t) in dated} - seed_dependent
     first = fresh[0]
     # What the scorer, reading ids alone, could take for a test or a doctest either way: in neither list.
     ambiguous = {t for t in first.results
@@ -186,12 +217,14 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
     marked_flaky = set(first.marked_flaky)
     return Baseline(
         passing=tuple(t for t in first.results
-                      if agreed.get(t) == "passed" and t not in seed_dependent and t not in ambiguous
+                      if agreed.get(t) == "passed" and t not in seed_dependent and t not in date_dependent
+                      and t not in ambiguous
                       and t not in load_sensitive and t not in marked_flaky and t not in selection_sensitive),
         tests=tuple(first.results),
         coverage=first.coverage or {},
         importable=tuple(m for m in sorted(index.modules) if m not in first.import_errors),
         seed_dependent=tuple(sorted(seed_dependent)),
+        date_dependent=tuple(sorted(date_dependent)),
         seconds=max(run.duration_s for run in fresh),
         ignored=ignored,
         load_sensitive=tuple(sorted(load_sensitive - seed_dependent)),

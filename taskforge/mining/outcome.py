@@ -40,6 +40,8 @@ class RepoResult:
     """Tests that passed in every baseline run."""
     seed_dependent: int = 0
     """Tests whose id or outcome differed between baseline runs under different hash seeds."""
+    date_dependent: int = 0
+    """Tests whose id holds the date or time of the run (another day, other ids)."""
     load_sensitive: int = 0
     """Tests whose outcome changed when the baseline ran beside busy processes (timing tests)."""
     selection_sensitive: int = 0

@@ -133,6 +133,7 @@ def _mine_repository(
             index = replace(index, import_time=baseline.import_time)
         result.tests, result.passing = len(baseline.tests), len(baseline.passing)
         result.seed_dependent = len(baseline.seed_dependent)
+        result.date_dependent = len(baseline.date_dependent)
         result.load_sensitive = len(baseline.load_sensitive)
         result.marked_flaky = len(baseline.marked_flaky)
         result.selection_sensitive = len(baseline.selection_sensitive)

@@ -81,6 +81,7 @@ def mine_one(source: str, config: MineConfig, limits: SandboxLimits, make_scorer
         "strategies": dict(Counter(t.strategy for t in result.tasks)),
         "stage_s": {k: round(v, 2) for k, v in result.stage_s.items()}, "runs": result.runs,
         "tests": result.tests, "passing": result.passing, "seed_dependent": result.seed_dependent,
+        "date_dependent": result.date_dependent,
         "load_sensitive": result.load_sensitive, "marked_flaky": result.marked_flaky,
         "selection_sensitive": result.selection_sensitive, "run_timeout_s": round(result.run_timeout_s, 1),
         "plugins_off": result.plugins_off, "ignored": result.ignored,

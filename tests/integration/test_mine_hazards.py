@@ -7,7 +7,7 @@ doctests in the modules tasks remove code from, warnings as errors with a pytest
 outcome depends on a set's order, a test that depends on timing, ids with ``.py`` and spaces, hidden tests that implement a
 pytest hook whose signature pytest's hookspec also has, and tests that share state in the order
 they run, and tests that read data: a backup file the start state scrubs, a metadata folder it
-keeps. ``onefile``: one top-level module, its tests in ``tests.py`` (not a name pytest looks
+keeps, and ids that hold the date of the run. ``onefile``: one top-level module, its tests in ``tests.py`` (not a name pytest looks
 for by default), and a pytest plugin installed that does not fit the environment's pytest. ``lengths``: objects built
 while the package is imported (read from the source, any of their dunders may run then; only
 ``__init__`` does), and docs that are doctests (``--doctest-glob=*.rst``). ``linted``: a lint item
@@ -75,6 +75,13 @@ def test_seed_dependent_tests_are_left_out_and_counted(hazard) -> None:  # type:
     for task in tasks:
         for nodeid in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS):
             assert "test_title_words_unordered" not in nodeid and "test_first_word_is_the_smallest" not in nodeid
+
+
+def test_ids_that_hold_the_date_of_the_run_are_left_out_and_counted(hazard) -> None:  # type: ignore[no-untyped-def]
+    out, summary = hazard
+    assert summary["date_dependent"] == 2, summary  # both parametrizations of the function
+    for task in read_tasks(out):
+        assert not any("test_is_a_recent_day" in t for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS))
 
 
 def test_timing_tests_are_left_out_and_counted(hazard) -> None:  # type: ignore[no-untyped-def]

@@ -1,8 +1,11 @@
-"""What the baseline decides for the rest of mining: how long a validation run may take."""
+"""What the baseline decides for the rest of mining: how long a validation run may take, which
+tests time what they test, which ids hold the date of the run."""
 
 from __future__ import annotations
 
-from taskforge.mining.baseline import run_timeout, timing_tests
+from datetime import datetime, timezone
+
+from taskforge.mining.baseline import date_dependent_ids, run_timeout, timing_tests
 
 
 def test_a_run_may_take_five_times_the_whole_suite_within_the_ceiling() -> None:
@@ -103,3 +106,24 @@ def test_untimed_helper():
     imported = ["tests/test_imports.py::test_from_import", "tests/test_imports.py::test_module_import",
                 "tests/test_imports.py::test_relative_import", "tests/test_imports.py::test_untimed_helper"]
     assert timing_tests(tmp_path, ids + imported) == set(ids[:4]) | set(imported[:3])
+
+
+def test_ids_that_hold_the_date_or_time_of_the_run_are_found() -> None:
+    """A parametrization over ``date.today()`` or ``time.time()`` has other ids another day; a
+    date that is not the run's is the test's data."""
+    now = datetime(2026, 12, 5, 23, 30, tzinfo=timezone.utc)
+    dated = [
+        "tests/test_objects.py::test_to_string[case7-2026-12-05]",
+        "tests/test_objects.py::test_to_string[20261206]",  # tomorrow in another time zone
+        "tests/test_dates.py::TestFormat::test_short[04/12/2026]",
+        "tests/test_dates.py::test_stamp[1796513400]",
+        "tests/test_dates.py::test_stamp[1796513400.25]",
+        "tests/test_dates.py::test_2026_12_05_report",
+    ]
+    fixed = [
+        "tests/test_objects.py::test_to_string[case6-2000-01-01]",
+        "tests/test_dates.py::test_stamp[1000000000]",
+        "tests/test_dates.py::test_big[17965134001]",
+        "tests/2026-12-05/test_x.py::test_a",  # the file's path is the project's
+    ]
+    assert date_dependent_ids([*dated, *fixed], now) == set(dated)
