@@ -106,7 +106,7 @@ def _gold_problems(task: Task, source: Snapshot, gold: dict[str, str | None]) ->
     for rel in sorted(set(removed) | set(gold)):
         if is_scrubbed(rel):
             continue
-        original = (source.path / rel).read_text(encoding="utf-8") if (source.path / rel).is_file() else None
+        original = (source.path / rel).read_bytes().decode("utf-8") if (source.path / rel).is_file() else None
         if gold.get(rel, removed.get(rel)) != original:
             problems.append(f"gold does not give back {rel}")
     return problems

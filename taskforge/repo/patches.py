@@ -189,5 +189,7 @@ def apply_patch(snapshot: Path, changes: Changes, patch: str) -> dict[str, str |
         fields = status.split("\0")
         result: dict[str, str | None] = {}
         for code, rel in zip(fields[0::2], fields[1::2], strict=False):
-            result[rel] = None if code == "D" else (work / rel).read_text(encoding="utf-8")
+            # Bytes decoded, not text mode: a CRLF file keeps its line ends (read_text would turn
+            # them to LF, and a start state rebuilt from the patch would not be the one mined).
+            result[rel] = None if code == "D" else (work / rel).read_bytes().decode("utf-8")
         return result

@@ -36,6 +36,20 @@ def test_diff_and_apply_round_trip(tmp_path: Path) -> None:
     assert (repo / "tests" / "test_a.py").exists(), "the snapshot itself is never touched"
 
 
+def test_a_crlf_file_keeps_its_line_ends_through_a_patch(tmp_path: Path) -> None:
+    """A held-out parser generator's ``tree_templates.py`` ends its lines CRLF: the start state
+    rebuilt from ``removal_patch`` had LF there, so its commit was not the task's, and the gate
+    refused all three of its tasks (``start_state_mismatch``)."""
+    repo = _repo(tmp_path / "r")
+    (repo / "pkg" / "crlf.py").write_bytes(b"def g():\r\n    return 2\r\n")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "crlf"], cwd=repo, check=True)
+    start = {"pkg/crlf.py": "def g():\r\n    raise NotImplementedError\r\n"}
+    removal = diff(repo, {}, start)
+    assert apply_patch(repo, {}, removal) == start
+    assert apply_patch(repo, start, diff(repo, start, {})) == {}
+
+
 def test_a_scrubbed_binary_file_is_deleted_by_an_applicable_patch(tmp_path: Path) -> None:
     """Some sdists track bytecode; the start state drops it, and its removal_patch must apply."""
     repo = _repo(tmp_path / "r")
