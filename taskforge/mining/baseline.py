@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from taskforge.errors import TestRunError
 from taskforge.mining.outcome import RepoResult
@@ -77,27 +77,36 @@ def hash_seeds(count: int) -> list[int]:
     return seeds
 
 
-_DATE_FORMATS = ("%Y-%m-%d", "%Y%m%d", "%Y/%m/%d", "%Y.%m.%d", "%d/%m/%Y", "%m/%d/%Y", "%d.%m.%Y", "%d-%m-%Y",
-                 "%Y_%m_%d")
-_EPOCH = re.compile(r"(?<!\d)(\d{10})(?:\.\d+)?(?!\d)")
+_DATE_FORMATS = ("%Y-%m-%d", "%Y%m%d", "%Y/%m/%d", "%Y.%m.%d", "%Y_%m_%d", "%d/%m/%Y", "%m/%d/%Y", "%d.%m.%Y",
+                 "%d-%m-%Y", "%d/%m/%y", "%m/%d/%y", "%b %d, %Y", "%B %d, %Y", "%d %b %Y", "%d %B %Y")
+_DATE_WINDOW = timedelta(days=31)
+"""How far from the run a date or time in an id counts: ``today + timedelta(days=7)`` is as much
+the run's date as today is; a project's fixed test data is rarely this close to it."""
+_DATE_LIKE = re.compile(r"(?<![0-9A-Za-z])(?:\d{1,4}[-/._]\d{1,2}[-/._]\d{1,4}|\d{8}|[A-Z][a-z]+ \d{1,2}, \d{4}"
+                        r"|\d{1,2} [A-Z][a-z]+ \d{4})(?![0-9A-Za-z])")
+_EPOCH = re.compile(r"(?<!\d)(\d{10}|\d{13}|\d{16}|\d{19})(?:\.\d+)?(?!\d)")
 
 
 def date_dependent_ids(ids: Iterable[str], now: datetime | None = None) -> set[str]:
-    """The ids that hold the date of the run, or a Unix time of it, in their parametrization or
-    name: a test parametrized over ``date.today()`` (a held-out project's
-    ``test_to_string[case7-2026-12-05]``) has another id on another day, so every task that lists
-    it fails ``validate`` and scores gold with an expected test ``missing`` from the next day on.
-    Any day from yesterday to tomorrow counts, in any of the common spellings (the container's
-    time zone may not be the host's)."""
+    """The ids that hold a date or a Unix time (seconds to nanoseconds) within a month of the run
+    in their parametrization or name: a test parametrized over ``date.today()`` (a held-out
+    project's ``test_to_string[case7-2026-12-05]``) has another id on another day, so every task
+    that lists it fails ``validate`` and scores gold with an expected test ``missing`` from the
+    next day on. Dates count in the common spellings, padded or not. A text file of doctests, whose
+    id repeats its file name, is the project's path, not a date."""
     now = now or datetime.now(timezone.utc)
-    days = [now + timedelta(days=shift) for shift in (-1, 0, 1)]
+    days = [now + timedelta(days=shift) for shift in range(-_DATE_WINDOW.days, _DATE_WINDOW.days + 1)]
     spellings = {day.strftime(fmt) for day in days for fmt in _DATE_FORMATS}
-    low, high = (now - timedelta(days=2)).timestamp(), (now + timedelta(days=2)).timestamp()
+    spellings |= {text for d in days for text in (f"{d.year}-{d.month}-{d.day}", f"{d.month}/{d.day}/{d.year}",
+                                                  f"{d.day}/{d.month}/{d.year}", f"{d.day}.{d.month}.{d.year}")}
+    low, high = (now - _DATE_WINDOW).timestamp(), (now + _DATE_WINDOW).timestamp()
     found = set()
     for nodeid in ids:
-        name = nodeid.partition("::")[2]
-        if any(spelling in name for spelling in spellings) or any(
-                low <= int(match.group(1)) <= high for match in _EPOCH.finditer(name)):
+        file, _, name = nodeid.partition("::")
+        if name == PurePosixPath(file).name:
+            continue
+        if any(m.group(0) in spellings for m in _DATE_LIKE.finditer(name)) or any(low <= int(m.group(1)) / 10 ** (len(m.group(1)) - 10) <= high
+                                       for m in _EPOCH.finditer(name)):
             found.add(nodeid)
     return found
 

@@ -27,8 +27,9 @@ import builtins
 import random
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from taskforge.repo.text import source_lines
@@ -166,17 +167,36 @@ def _defining(tree: ast.Module, classes: Sequence[str], name: str, depth: int = 
     return None
 
 
-def _defines_class(tree: ast.Module | None, name: str) -> bool:
-    return tree is not None and any(isinstance(n, ast.ClassDef) and n.name == name for n in tree.body)
+def _imports_from(text: str | None, file: str, name: str, definer: str) -> bool:
+    """Whether the module ``file`` (its source ``text``) imports ``name``, under that name or by
+    ``*``, from the module of the repository file ``definer``."""
+    try:
+        tree = parse_source(text) if text else None
+    except SyntaxError:
+        return False
+    target = PurePosixPath(definer)
+    target = target.parent if target.name == "__init__.py" else target.with_suffix("")
+    for node in tree.body if tree is not None else ():
+        if not isinstance(node, ast.ImportFrom) or not any(
+                alias.name == "*" or (alias.name == name and alias.asname in (None, name)) for alias in node.names):
+            continue
+        parts = tuple(node.module.split(".")) if node.module else ()
+        if node.level:
+            ups = PurePosixPath(file).parents
+            if node.level <= len(ups) and ups[node.level - 1].joinpath(*parts) == target:
+                return True
+        elif parts and target.parts[-len(parts):] == parts:
+            return True
+    return False
 
 
 def _definer_in(hidden: Mapping[str, str | None], trees: dict[str, ast.Module | None], file: str,
                 classes: Sequence[str], name: str) -> bool:
     """Whether hidden ``file`` defines the method ``name`` in the class path ``classes`` itself."""
     if file not in trees:
-        text = hidden.get(file)
+        text = hidden.get(file) if file.endswith(".py") else None
         try:
-            trees[file] = parse_source(text) if text and file.endswith(".py") else None
+            trees[file] = parse_source(text) if text else None
         except SyntaxError:
             trees[file] = None
     tree = trees[file]
@@ -658,11 +678,12 @@ def _raised_in(tree: ast.Module, lines: list[str]) -> list[str]:
 
 
 def make_twins(hidden: Mapping[str, str | None], fail_to_pass: Sequence[str], *, others: Iterable[str] = (),
-               seed: str) -> list[Twin]:
+               seed: str, read: Callable[[str], str | None] | None = None) -> list[Twin]:
     """Twin candidates for every function (up to 64) that ``fail_to_pass`` tests run (plain test
     functions in the files of ``hidden``, path → text): value twins first, then a negated one,
     else a plain one. A method inherited by several test classes is one function: its twin stands
-    in for every id that runs it, and it gets none when one of those ids is not FAIL_TO_PASS."""
+    in for every id that runs it, and it gets none when one of those ids is not FAIL_TO_PASS.
+    ``read``: a start-state file's text, for the ids of a class their module imports."""
     rng = random.Random(seed)
     wanted = set(fail_to_pass)
     trees: dict[str, ast.Module | None] = {}
@@ -681,12 +702,15 @@ def make_twins(hidden: Mapping[str, str | None], fail_to_pass: Sequence[str], *,
                 trees[file] = None
         tree = trees[file]
         defining = _defining(tree, classes, name) if tree is not None else None
-        if defining is None and classes and not _defines_class(tree, classes[0]):
+        if defining is None and classes and read is not None and not any(
+                isinstance(n, ast.ClassDef) and n.name == classes[0] for n in (tree.body if tree else ())):
             # A class the collected module imports (``from .test_cache import TestCache`` in an
             # aggregating ``tests/__main__.py``): defined, and hidden, in another file. Only where
-            # one hidden file defines it; calibration drops a twin that does not run as the test.
+            # one hidden file defines it and the module imports it from there (by name or ``*``);
+            # calibration drops a twin that does not run as the test all the same.
             definers = [other for other in sorted(hidden) if other != file and _definer_in(hidden, trees, other, classes, name)]
-            if len(definers) == 1:
+            if len(definers) == 1 and _imports_from(read(file) if tree is None else hidden.get(file), file,
+                                                    classes[0], definers[0]):
                 file, defining = definers[0], tuple(classes)
         if defining is not None:
             groups.setdefault((file, defining, name), []).append(nodeid)

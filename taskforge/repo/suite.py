@@ -374,7 +374,7 @@ class SuiteRunner:
         laid: bool = False,
         base_changes: Mapping[str, str | bytes | None] | None = None,
     ) -> None:
-        """``base_changes``: applied under every run's own changes (the start state's scrub: the
+        """``base_changes``: applied over every run's own changes (the start state's scrub: the
         baseline must see the tree every task's start state starts from); ``sandbox``: an already started container of ``env.image`` to use first (a pool's);
         ``laid``: it holds the tree and the tools already (:meth:`lay`, a pool's work ahead of time);
         ``tool_files``: more files for /tmp/taskforge/plugin (another pytest plugin);
@@ -516,7 +516,7 @@ class SuiteRunner:
         """:meth:`run`, ``repeats`` times in one exec: each repeat starts from a fresh reset of the
         same state, after every process of the one before was killed. ``imports`` are checked
         before the first. A timeout or resource limit ends them all, and each reports it."""
-        changes = {**self.base_changes, **(changes or {})}
+        changes = {**(changes or {}), **self.base_changes}  # the scrub last, as in every start state
         box = self._sandbox()
         text_changes = {path: text.encode() if isinstance(text, str) else text
                         for path, text in changes.items() if text is not None}

@@ -628,7 +628,9 @@ class Scorer:
         runs again without the input twins, and then without any."""
         state = self._state(task)
         hidden = {rel: text for rel, text in state.hidden.items() if text is not None}
-        twins = make_twins(hidden, task.FAIL_TO_PASS, others=task.PASS_TO_PASS, seed=task.instance_id)
+        start = state.start.path
+        twins = make_twins(hidden, task.FAIL_TO_PASS, others=task.PASS_TO_PASS, seed=task.instance_id,
+                           read=lambda rel: _text((start / rel).read_bytes(), rel) if (start / rel).is_file() else None)
         kept: list[Twin] = []
         if twins:
             prepared = self._prepare(task, state, task.patch)
@@ -689,13 +691,19 @@ def _test_digests(state: _TaskState, changes: Mapping[str, bytes | None], select
     """The files the selected tests live in, as this run writes them: path in the sandbox -> sha256
     (the guard holds the collected tests to them)."""
     files = {nodeid.split("::", 1)[0] for nodeid in select}
-    # Test modules beside them, or above them in the tree, may define what they inherit (a mixin
-    # in tests/__init__.py): the guard holds those to their files too.
+    # The files test_patch puts back: a test class the collected module imports from a subfolder
+    # (``from .unit.test_cache import TestCache`` in ``tests/__main__.py``) runs their code.
+    files |= {rel for rel, text in state.hidden.items() if rel.endswith(".py") and text is not None}
+    # Test modules beside them, above them in the tree, or below their folders may define what they
+    # inherit (a mixin in tests/__init__.py) or import (an aggregating tests/__main__.py's classes
+    # from tests/unit/): the guard holds those to their files too.
     folders = {parent for rel in files for parent in PurePosixPath(rel).parents}
+    below = {PurePosixPath(rel).parent for rel in files} - {PurePosixPath(".")}
     for rel in state.python_files():
         if len(files) >= _MAX_GUARDED_FILES:
             break
-        if PurePosixPath(rel).parent in folders and state.tests.layout.is_test_file(rel):
+        parents = PurePosixPath(rel).parents
+        if (parents[0] in folders or any(p in below for p in parents)) and state.tests.layout.is_test_file(rel):
             files.add(rel)
     digests = {}
     for rel in sorted(files):

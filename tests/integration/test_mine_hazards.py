@@ -7,7 +7,8 @@ doctests in the modules tasks remove code from, warnings as errors with a pytest
 outcome depends on a set's order, a test that depends on timing, ids with ``.py`` and spaces, hidden tests that implement a
 pytest hook whose signature pytest's hookspec also has, and tests that share state in the order
 they run, and tests that read data: a backup file the start state scrubs, a metadata folder it
-keeps, and ids that hold the date of the run. ``onefile``: one top-level module, its tests in ``tests.py`` (not a name pytest looks
+keeps, and ids that hold the date of the run. ``aggregated``: one collected module that imports
+every test class, from beside it and below it. ``onefile``: one top-level module, its tests in ``tests.py`` (not a name pytest looks
 for by default), and a pytest plugin installed that does not fit the environment's pytest. ``lengths``: objects built
 while the package is imported (read from the source, any of their dunders may run then; only
 ``__init__`` does), and docs that are doctests (``--doctest-glob=*.rst``). ``linted``: a lint item
@@ -318,6 +319,33 @@ def test_a_top_level_module_is_indexed_like_a_package(tmp_path_factory, session_
     made = _cli("report", str(out), "--validation", str(validation), "--rewards", str(rewards), "--out", str(report),
                 cache=session_cache)
     assert made.returncode == 0 and f"gold 1.0 on {tasks} of {tasks}, empty 0.0 on {tasks} of {tasks}" in report.read_text()
+
+
+def test_test_classes_imported_into_the_collected_module(tmp_path_factory, session_cache, base_image) -> None:  # type: ignore[no-untyped-def]
+    """aggregated collects only tests/__main__.py, which imports its test classes from a module
+    beside it and, by ``*``, from one below it (tests/unit/). Their tests are hidden where the
+    classes are defined (every one was ``unhideable_test`` before), their twins placed there, the
+    guard holds the collected tests to those files, and every task holds under validate and
+    scoring, gold 1.0 and the empty patch 0.0. (A symbol removal that breaks a class module's
+    import breaks the collected module's too, and leaves no test to run: it is refused.)"""
+    out, summary = _mine("aggregated", tmp_path_factory, session_cache)
+    assert summary["tasks"] >= 4 and "unhideable_test" not in summary["rejections"], summary
+    tasks = read_tasks(out)
+    defined = {"tests/test_words.py", "tests/unit/test_numbers.py"}
+    for task in tasks:
+        assert all(t.startswith("tests/__main__.py::") for t in task.FAIL_TO_PASS), task.FAIL_TO_PASS
+        assert {path for path in task.test_patch.split() if path.startswith("b/")} <= {f"b/{p}" for p in defined}
+        canaries = task_canaries(task)
+        assert canaries and {twin.file for twin in canaries} <= defined, task.instance_id
+    assert {twin.file for task in tasks for twin in task_canaries(task)} == defined
+    validated = _cli("validate", str(out), cache=session_cache)
+    assert validated.returncode == 0 and "BROKEN" not in validated.stdout, validated.stdout[-3000:]
+    rewards = out.parent / f"{out.name}-rewards"
+    scored = _cli("score", "--tasks", str(out), "--gold", "--empty", "--out", str(rewards), cache=session_cache)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    for row in read_rows(rewards):
+        wanted = 1.0 if row["candidate_id"] == "gold" else 0.0
+        assert (row["status"], row["reward"]) == ("ok", wanted), (row["instance_id"], row["detail"])
 
 
 def test_a_source_module_selected_for_its_doctests_is_no_test_module(hazard, backend) -> None:  # type: ignore[no-untyped-def]

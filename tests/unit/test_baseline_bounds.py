@@ -119,11 +119,21 @@ def test_ids_that_hold_the_date_or_time_of_the_run_are_found() -> None:
         "tests/test_dates.py::test_stamp[1796513400]",
         "tests/test_dates.py::test_stamp[1796513400.25]",
         "tests/test_dates.py::test_2026_12_05_report",
+        "tests/test_dates.py::test_x[2026-12-5]",  # (year, month, day) ints, joined unpadded
+        "tests/test_dates.py::test_due[2026-12-12]",  # today + timedelta(days=7)
+        "tests/test_dates.py::test_stamp[1796472000000]",  # milliseconds
+        "tests/test_dates.py::test_long[Dec 05, 2026]",
+        "tests/test_dates.py::test_short[05/12/26]",
     ]
     fixed = [
         "tests/test_objects.py::test_to_string[case6-2000-01-01]",
         "tests/test_dates.py::test_stamp[1000000000]",
         "tests/test_dates.py::test_big[17965134001]",
         "tests/2026-12-05/test_x.py::test_a",  # the file's path is the project's
+        "docs/news/2026-12-05.rst::2026-12-05.rst",  # so is a text file of doctests'
+        "tests/test_dates.py::test_big[9120261205]",
+        "tests/test_dates.py::test_hash[ab20261205cd]",
+        "tests/test_version.py::test_parse[1.2.3]",
+        "tests/test_dates.py::test_release[2026-06-01]",  # half a year away: the test's data
     ]
     assert date_dependent_ids([*dated, *fixed], now) == set(dated)
