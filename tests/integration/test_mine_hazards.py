@@ -321,6 +321,7 @@ def test_a_top_level_module_is_indexed_like_a_package(tmp_path_factory, session_
     assert made.returncode == 0 and f"gold 1.0 on {tasks} of {tasks}, empty 0.0 on {tasks} of {tasks}" in report.read_text()
 
 
+@pytest.mark.slow  # about two minutes: a mining, a validation and a scoring of its own
 def test_test_classes_imported_into_the_collected_module(tmp_path_factory, session_cache, base_image) -> None:  # type: ignore[no-untyped-def]
     """aggregated collects only tests/__main__.py, which imports its test classes from a module
     beside it and, by ``*``, from one below it (tests/unit/). Their tests are hidden where the
