@@ -144,6 +144,10 @@ def _from_candidate(*, any_untrusted: bool = False) -> str | None:
         if (any_untrusted and path != __file__ and _LOADED and path not in _tests
                 and (why := _code_why(code, "@py_builtins" in frame.f_globals)) is not None):
             return why
+        if not any_untrusted and code.co_name == "<module>" and _LOADED and _code_why(code, False) is None:
+            # A trusted module's body, being imported (by the candidate's code, say): what it
+            # does is its own (asyncio's ``@types.coroutine`` swaps its ``__sleep0``'s code).
+            return None
         frame = frame.f_back
     return None
 
@@ -165,6 +169,8 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     elif event == "object.__setattr__" and len(args) > 1 and args[1] in ("__code__", "__class__"):
         if args[1] == "__class__" and not _verdicts_object(args[0]):
             return  # a project's own idiom: zipp's ``CompleteDirs.make`` makes a ZipFile one of its own
+        if args[1] == "__code__" and _real(getattr(getattr(args[0], "__code__", None), "co_filename", "")) in _candidate:
+            return  # the candidate's own function: as if it had defined it so
         # The image's own code swapped (a writer's ``append_failure``) from any code that is not the
         # image's or laid (a string run by ``exec`` in a thread); others' only from the candidate's
         # files: libraries swap code of their callers' functions (``types.coroutine``).
@@ -307,6 +313,25 @@ def _class_code() -> dict[int, tuple[Any, str]]:
 del _AT_START
 
 
+def _image_module(module: types.ModuleType) -> bool:
+    """A module of a file of the image, all of whose functions are trusted, though ``sys.modules``
+    no longer holds it: pytester's in-process runs put ``sys.modules`` back as it was, and a
+    package keeps the submodule a run imported (``_pytest.stepwise``: a held-out type checker's
+    suite scored every gold patch ``tampered``)."""
+    file = getattr(module, "__file__", None)
+    if not isinstance(file, str) or _real(file) in _candidate or isinstance(_compiled(_real(file), False), str):
+        return False
+    namespace = vars(module)
+    functions = [f for v in list(namespace.values()) for f in (
+        [v] if isinstance(v, types.FunctionType) else
+        list(vars(v).values()) if isinstance(v, type) and v.__module__ == module.__name__ else [])
+        if isinstance(f, types.FunctionType)]
+    # Its own held to their file in its namespace (which sys.modules no longer names); what it
+    # imported, judged as anywhere.
+    return all(_code_why(f.__code__, "@py_builtins" in namespace) is None if f.__globals__ is namespace
+               else _untrusted(f) is None for f in functions)
+
+
 def _misplaced(key: str, value: Any) -> str | None:
     """Why a replacement of pytest's own that runs trusted code is still no replacement pytest
     makes: the code of another of its members, or a builtin standing in for a method (a property
@@ -318,7 +343,8 @@ def _misplaced(key: str, value: Any) -> str | None:
     if isinstance(was, types.ModuleType) or isinstance(value, types.ModuleType):
         # ``_pytest.junitxml.re``: a module another module's code reads its functions from. A
         # package gains its submodules as they are imported (``unittest.mock``).
-        submodule = was is None and key == getattr(value, "__name__", None) and sys.modules.get(key) is value
+        submodule = was is None and key == getattr(value, "__name__", None) and (
+            sys.modules.get(key) is value or _image_module(value))
         if value is was or submodule:
             return None
         named = [f"the module {getattr(v, '__name__', '?')}" if isinstance(v, types.ModuleType) else _named(v) for v in (value, was)]
@@ -952,6 +978,18 @@ def _read_only(path: str) -> bool:
     return os.path.isabs(path) and not path.startswith(_WRITABLE) and os.path.isfile(path)
 
 
+def _decorated(code: types.CodeType) -> bool:
+    """Whether the trusted file ``code`` is compiled from decorates its function: the line its code
+    starts at (a decorated function's first decorator) is one. Read from the file itself, not
+    ``linecache``, whose cache is the candidate's to fill."""
+    try:
+        with open(code.co_filename, "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    return 0 < code.co_firstlineno <= len(lines) and lines[code.co_firstlineno - 1].lstrip().startswith(b"@")
+
+
 def _wrapped(function: Any) -> Any:
     """What a decorator's wrapper runs: ``__wrapped__`` (functools.wraps, mock.patch), or the inner
     test of a hypothesis ``@given`` (whose wrapper borrows the test's file and line)."""
@@ -1035,15 +1073,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             continue
         # A test under a library's decorator (mock.patch, hypothesis.given) runs the library's
         # wrapper, which runs the test: the test's own code is the one held to its file. A
-        # wrapper from the candidate's files is not a library's.
-        inner, seen = function, 0
+        # wrapper from the candidate's files counts only where the test file decorates the test
+        # (the feature's own decorator applied to a test, as a type checker's suite does): not
+        # for a test a loader or a swap wrapped.
+        inner, seen, by_candidate = function, 0, False
         while not matches(inner) and _wrapped(inner) is not None and seen < 16:
             wrapper_file = getattr(getattr(inner, "__code__", None), "co_filename", "")
-            if wrapper_file in _candidate or os.path.realpath(wrapper_file) in _candidate:
-                break
+            by_candidate = by_candidate or wrapper_file in _candidate or os.path.realpath(wrapper_file) in _candidate
             inner, seen = _wrapped(inner), seen + 1
             inner = getattr(inner, "__func__", inner)
-        if not matches(inner):
+        if matches(inner) and by_candidate and not _decorated(inner.__code__):
+            guard.note(f"{item.nodeid} runs under a wrapper from the candidate's files that its file does not apply")
+        elif not matches(inner):
             where = getattr(getattr(inner, "__code__", None), "co_filename", "?")
             guard.note(f"{item.nodeid} does not run the code of its file (it runs code from {where})")
             continue

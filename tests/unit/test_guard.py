@@ -58,6 +58,11 @@ TESTS = textwrap.dedent("""\
         assert feature.double(1) == 2
 
 
+    @getattr(feature, "checked", passthrough)
+    def test_under_the_features_own_decorator():
+        assert feature.double(6) == 12
+
+
     class Base:
         def test_inherited(self):
             assert feature.double(0) == 0
@@ -823,3 +828,39 @@ def test_the_stdlib_doctest_runner_swapped_by_the_candidate(tmp_path: Path, swap
     feature = f"import doctest\n\n\ndef double(x):\n    {swap}\n    return 2 * x\n"
     findings = _run(tmp_path, feature, docs=True)
     assert any(f.startswith(f"replaced {swap.split(' = ')[0]} ") for f in findings), findings
+
+
+# A held-out type checker's suite (2026-12-07): every gold patch scored ``tampered`` for what the
+# project itself does. Each honest case below had a finding before.
+HONEST = {
+    "the feature's own decorator, applied to a test by the test file": (
+        "import functools\n\n\ndef checked(f):\n    @functools.wraps(f)\n    def wrapper(*a, **k):\n"
+        "        return f(*a, **k)\n    return wrapper\n\n\n" + FEATURE),
+    "a stdlib module imported by the candidate's code swaps its own function's code": (
+        # asyncio.tasks runs @types.coroutine on its __sleep0 as it is imported (here, again: the
+        # suite's plugins import asyncio before any candidate code runs).
+        "def double(x):\n    import importlib, sys\n    sys.modules.pop('asyncio.tasks', None)\n"
+        "    importlib.import_module('asyncio.tasks')\n    return 2 * x\n"),
+    "the candidate swaps the code of its own function": (
+        "def _twice(x):\n    return x + x\n\n\ndef double(x):\n    return 2 * x\n\n\ndouble.__code__ = _twice.__code__\n"),
+    "a pytest module left imported by a run that put sys.modules back (pytester)": (
+        "def double(x):\n    import sys\n    import _pytest.pytester_assertions\n"
+        "    sys.modules.pop('_pytest.pytester_assertions', None)\n    return 2 * x\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HONEST))
+def test_what_a_project_does_itself_is_no_tampering(tmp_path: Path, case: str) -> None:
+    assert _run(tmp_path, HONEST[case]) == []
+
+
+def test_a_lookalike_of_a_pytest_module_left_as_a_package_member_is_still_found(tmp_path: Path) -> None:
+    candidate = FEATURE + textwrap.dedent("""\
+        import sys, types, _pytest
+        fake = types.ModuleType("_pytest.pytester_assertions")
+        fake.__file__ = _pytest.__file__
+        fake.assert_outcomes = lambda *args, **kwargs: None
+        _pytest.pytester_assertions = fake
+    """)
+    findings = _run(tmp_path, candidate)
+    assert any(f.startswith("added _pytest.pytester_assertions") for f in findings), findings
