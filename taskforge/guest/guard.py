@@ -44,6 +44,7 @@ import itertools
 import json
 import operator
 import os
+import re
 import signal
 import sys
 import threading
@@ -134,6 +135,7 @@ def _from_candidate(*, any_untrusted: bool = False) -> str | None:
     Not for every event: libraries make code under their callers' file names (hypothesis's
     ``@given`` wrapper borrows the test's) and swap code objects (``types.coroutine``)."""
     frame = sys._getframe(1)
+    inner_trusted = True  # every frame between the event and this one is trusted code
     while frame is not None:
         code = frame.f_code
         path = code.co_filename
@@ -144,12 +146,25 @@ def _from_candidate(*, any_untrusted: bool = False) -> str | None:
         if (any_untrusted and path != __file__ and _LOADED and path not in _tests
                 and (why := _code_why(code, "@py_builtins" in frame.f_globals)) is not None):
             return why
-        if not any_untrusted and code.co_name == "<module>" and _LOADED and _code_why(code, False) is None:
-            # A trusted module's body, being imported (by the candidate's code, say): what it
-            # does is its own (asyncio's ``@types.coroutine`` swaps its ``__sleep0``'s code).
+        trusted = not _LOADED or path == __file__ or _code_why(code, "@py_builtins" in frame.f_globals) is None
+        if not any_untrusted and inner_trusted and trusted and code.co_name == "<module>" and _importing(frame):
+            # A trusted module's body, being imported (by the candidate's code, say), and only
+            # trusted code since: what it does is its own (asyncio's ``@types.coroutine`` swaps
+            # its ``__sleep0``'s code).
             return None
+        inner_trusted = inner_trusted and trusted
         frame = frame.f_back
     return None
+
+
+def _importing(frame: types.FrameType) -> bool:
+    """Whether ``frame`` runs a module's body as the import system does: in the namespace of the
+    module ``sys.modules`` holds under its name, with the real builtins, called from importlib (not
+    the source of a trusted file run with ``exec`` in a namespace of the candidate's)."""
+    module = sys.modules.get(str(frame.f_globals.get("__name__")))
+    caller = frame.f_back
+    return (module is not None and vars(module) is frame.f_globals and frame.f_builtins is _BUILTINS
+            and caller is not None and caller.f_code.co_filename == "<frozen importlib._bootstrap>")
 
 
 _TRACE_EVENTS = ("sys.addaudithook", "sys.settrace", "sys.setprofile")
@@ -169,8 +184,6 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     elif event == "object.__setattr__" and len(args) > 1 and args[1] in ("__code__", "__class__"):
         if args[1] == "__class__" and not _verdicts_object(args[0]):
             return  # a project's own idiom: zipp's ``CompleteDirs.make`` makes a ZipFile one of its own
-        if args[1] == "__code__" and _real(getattr(getattr(args[0], "__code__", None), "co_filename", "")) in _candidate:
-            return  # the candidate's own function: as if it had defined it so
         # The image's own code swapped (a writer's ``append_failure``) from any code that is not the
         # image's or laid (a string run by ``exec`` in a thread); others' only from the candidate's
         # files: libraries swap code of their callers' functions (``types.coroutine``).
@@ -319,17 +332,42 @@ def _image_module(module: types.ModuleType) -> bool:
     package keeps the submodule a run imported (``_pytest.stepwise``: a held-out type checker's
     suite scored every gold patch ``tampered``)."""
     file = getattr(module, "__file__", None)
-    if not isinstance(file, str) or _real(file) in _candidate or isinstance(_compiled(_real(file), False), str):
+    spec = getattr(module, "__spec__", None)
+    if (type(module) is not types.ModuleType or not isinstance(file, str) or _real(file) in _candidate
+            or getattr(spec, "origin", None) != file or isinstance(_compiled(_real(file), False), str)):
         return False
+    values = list(vars(module).values())
+    key = (module, tuple(map(id, values)))
+    if _IMAGE_MODULES.get(id(module)) == key:
+        return True
     namespace = vars(module)
-    functions = [f for v in list(namespace.values()) for f in (
-        [v] if isinstance(v, types.FunctionType) else
-        list(vars(v).values()) if isinstance(v, type) and v.__module__ == module.__name__ else [])
-        if isinstance(f, types.FunctionType)]
-    # Its own held to their file in its namespace (which sys.modules no longer names); what it
-    # imported, judged as anywhere.
-    return all(_code_why(f.__code__, "@py_builtins" in namespace) is None if f.__globals__ is namespace
-               else _untrusted(f) is None for f in functions)
+    for value in values:
+        own = [f for f in (vars(value).values() if isinstance(value, type) and value.__module__ == module.__name__
+                           else [value]) if isinstance(f, types.FunctionType) and f.__globals__ is namespace]
+        # Its own functions held to their file in its namespace (which sys.modules may no longer
+        # name); every other callable judged as anywhere.
+        if own and any(_code_why(f.__code__, "@py_builtins" in namespace) is not None for f in own):
+            return False
+        if not own and callable(value) and not _imported_as_is(value):
+            return False
+    _IMAGE_MODULES[id(module)] = key
+    return True
+
+
+_IMAGE_MODULES: dict[int, tuple[Any, tuple[int, ...]]] = {}
+
+
+def _imported_as_is(value: Any) -> bool:
+    """A callable a module imported from another (``from typing import Sequence``): the very
+    object its home module, not the candidate's, holds under its name; else judged as anywhere."""
+    home = sys.modules.get(str(getattr(value, "__module__", None) or type(value).__module__))
+    file = getattr(home, "__file__", None)
+    if home is None or (isinstance(file, str) and _real(file) in _candidate):
+        return False
+    name = getattr(value, "__name__", None)
+    if isinstance(name, str) and getattr(home, name, None) is value:
+        return True
+    return _untrusted(value) is None
 
 
 def _misplaced(key: str, value: Any) -> str | None:
@@ -343,8 +381,7 @@ def _misplaced(key: str, value: Any) -> str | None:
     if isinstance(was, types.ModuleType) or isinstance(value, types.ModuleType):
         # ``_pytest.junitxml.re``: a module another module's code reads its functions from. A
         # package gains its submodules as they are imported (``unittest.mock``).
-        submodule = was is None and key == getattr(value, "__name__", None) and (
-            sys.modules.get(key) is value or _image_module(value))
+        submodule = was is None and key == getattr(value, "__name__", None) and _image_module(value)
         if value is was or submodule:
             return None
         named = [f"the module {getattr(v, '__name__', '?')}" if isinstance(v, types.ModuleType) else _named(v) for v in (value, was)]
@@ -978,16 +1015,20 @@ def _read_only(path: str) -> bool:
     return os.path.isabs(path) and not path.startswith(_WRITABLE) and os.path.isfile(path)
 
 
-def _decorated(code: types.CodeType) -> bool:
-    """Whether the trusted file ``code`` is compiled from decorates its function: the line its code
-    starts at (a decorated function's first decorator) is one. Read from the file itself, not
-    ``linecache``, whose cache is the candidate's to fill."""
+def _wrapping_decorators(code: types.CodeType) -> int:
+    """How many decorators the trusted test file ``code`` is compiled from applies to its function,
+    marks (``@pytest.mark.x``) apart: how many wrappers may stand around it. Read from the file,
+    not ``linecache``, whose cache is the candidate's to fill."""
     try:
         with open(code.co_filename, "rb") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return False
-    return 0 < code.co_firstlineno <= len(lines) and lines[code.co_firstlineno - 1].lstrip().startswith(b"@")
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return 0
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name and node.decorator_list:
+            if min(d.lineno for d in node.decorator_list) == code.co_firstlineno:
+                return sum(not re.match(r"(\w+\.)*mark\.", ast.unparse(d)) for d in node.decorator_list)
+    return 0
 
 
 def _wrapped(function: Any) -> Any:
@@ -1076,13 +1117,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         # wrapper from the candidate's files counts only where the test file decorates the test
         # (the feature's own decorator applied to a test, as a type checker's suite does): not
         # for a test a loader or a swap wrapped.
-        inner, seen, by_candidate = function, 0, False
+        inner, seen, by_candidate = function, 0, 0
         while not matches(inner) and _wrapped(inner) is not None and seen < 16:
             wrapper_file = getattr(getattr(inner, "__code__", None), "co_filename", "")
-            by_candidate = by_candidate or wrapper_file in _candidate or os.path.realpath(wrapper_file) in _candidate
+            by_candidate += wrapper_file in _candidate or os.path.realpath(wrapper_file) in _candidate
             inner, seen = _wrapped(inner), seen + 1
             inner = getattr(inner, "__func__", inner)
-        if matches(inner) and by_candidate and not _decorated(inner.__code__):
+        name = item.nodeid.rsplit("::", 1)[-1].split("[", 1)[0]
+        if matches(inner) and by_candidate and not (
+                os.path.realpath(inner.__code__.co_filename) in _tests and inner.__code__.co_name == name
+                and by_candidate <= _wrapping_decorators(inner.__code__)):
+            # The candidate's wrappers must lead to this test's own definition, and be no more
+            # than the decorators its file applies there (marks apart).
             guard.note(f"{item.nodeid} runs under a wrapper from the candidate's files that its file does not apply")
         elif not matches(inner):
             where = getattr(getattr(inner, "__code__", None), "co_filename", "?")

@@ -841,8 +841,6 @@ HONEST = {
         # suite's plugins import asyncio before any candidate code runs).
         "def double(x):\n    import importlib, sys\n    sys.modules.pop('asyncio.tasks', None)\n"
         "    importlib.import_module('asyncio.tasks')\n    return 2 * x\n"),
-    "the candidate swaps the code of its own function": (
-        "def _twice(x):\n    return x + x\n\n\ndef double(x):\n    return 2 * x\n\n\ndouble.__code__ = _twice.__code__\n"),
     "a pytest module left imported by a run that put sys.modules back (pytester)": (
         "def double(x):\n    import sys\n    import _pytest.pytester_assertions\n"
         "    sys.modules.pop('_pytest.pytester_assertions', None)\n    return 2 * x\n"),

@@ -1,0 +1,100 @@
+"""The guard's relaxations for what honest projects do themselves (a held-out type checker's suite
+scored every gold patch ``tampered``), against the red team that attacked them
+(tests/fixtures/guard_attacks): each attack forged passes unseen under the first version of the
+relaxations and is found now. The honest cases are in test_guard.py (``HONEST``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from test_guard import MIXINS, TESTS  # tests/unit, which pytest puts on sys.path
+
+from taskforge import guest
+
+ATTACKS = Path(__file__).resolve().parents[1] / "fixtures" / "guard_attacks"
+sys.path.insert(0, str(ATTACKS))
+import attack_a_feature_decorator as a  # noqa: E402
+import attack_b_any_test_via_wrapped as b  # noqa: E402
+import attack_d_launder_code_swap as d  # noqa: E402
+import attack_e_launder_class_swap as e  # noqa: E402
+import attack_f_start_state_code_swap as f  # noqa: E402
+import attack_g_pytester_lookalike as g  # noqa: E402
+
+sys.path.remove(str(ATTACKS))
+
+
+def _run(tmp: Path, feature: str, *, tests: str = TESTS, start: str | None = None,
+         extra: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The guard's findings and each test's outcome in the report, with taskforge's report plugin
+    loaded as the scorer loads it."""
+    project = tmp / "project"
+    project.mkdir()
+    if start is not None:
+        (project / "feature.py").write_text(start)
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(project)]
+        subprocess.run([*git, "init", "-q"], check=True)
+        subprocess.run([*git, "add", "feature.py"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", "start"], check=True)
+    (project / "test_feature.py").write_text(tests)
+    (project / "mixins.py").write_text(MIXINS)
+    for name, text in (extra or {}).items():
+        (project / name).write_text(text)
+    (project / "feature.py").write_text(feature)
+    digests = {str((project / name).resolve()): hashlib.sha256(text.encode()).hexdigest()
+               for name, text in (("test_feature.py", tests), ("mixins.py", MIXINS))}
+    plugins = tmp / "plugins"
+    plugins.mkdir()
+    shutil.copy(guest.source_path("guard"), plugins / "taskforge_pytest_guard.py")
+    shutil.copy(guest.source_path("plugin"), plugins / "taskforge_pytest_plugin.py")
+    env = {**os.environ, "PYTHONPATH": f"{plugins}{os.pathsep}{project}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "TASKFORGE_GUARD_CANDIDATE": json.dumps([str((project / "feature.py").resolve())]),
+           "TASKFORGE_GUARD_TESTS": json.dumps(digests), "TASKFORGE_GUARD_TRUSTED": "[]",
+           **({"TASKFORGE_GUARD_START": str(project)} if start is not None else {})}
+    report = tmp / "report.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "taskforge_pytest_plugin", "-p", "taskforge_pytest_guard",
+                    "-p", "no:cacheprovider", f"--junitxml={report}", "-q", "test_feature.py"], cwd=project, env=env,
+                   capture_output=True, text=True, timeout=180, check=False)
+    root = ET.parse(report).getroot()
+    props = [(p.get("name"), p.get("value") or "") for p in root.iter("property")]
+    assert ("taskforge.guard", "1") in props, props
+    outcomes = {f"{case.get('classname')}::{case.get('name')}":
+                next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
+                for case in root.iter("testcase")}
+    return [value for name, value in props if name == "taskforge.tampered"], outcomes
+
+
+ATTACKED = {
+    "the feature's decorator re-wraps every decorated test": (a.FEATURE, {}, "runs under a wrapper from the candidate"),
+    "any test's wrapper points __wrapped__ at a decorated function of pytest's": (
+        b.FEATURE, {}, "runs under a wrapper from the candidate"),
+    "a test file's wrapper's code swapped from an exec of a stdlib module's body": (
+        d.FEATURE, {}, "the code of test_under_a_wrapper swapped from"),
+    "pytest's SetupState and the items' classes swapped from an exec of a stdlib module's body": (
+        e.FEATURE, {}, "the class of SetupState swapped from"),
+    "a start-state function registered as a hook, its code swapped": (
+        f.FEATURE, {"start": f.START}, "the code of triple swapped from"),
+    "a lookalike of pytester's assertions in sys.modules and on its package": (
+        g.G1, {"tests": g.TESTS_PYTESTER, "extra": {"conftest.py": g.CONFTEST}}, "added _pytest.pytester_assertions"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKED))
+def test_an_attack_on_the_relaxations_is_found(tmp_path: Path, attack: str) -> None:
+    feature, options, finding = ATTACKED[attack]
+    findings, _ = _run(tmp_path, feature, **options)
+    assert any(finding in f for f in findings), findings
+
+
+def test_an_honest_pytester_run_keeps_its_outcomes(tmp_path: Path) -> None:
+    """The suite the lookalike attack runs, with an honest feature: no finding, every test passes."""
+    findings, outcomes = _run(tmp_path, "def double(x):\n    return 2 * x\n", tests=g.TESTS_PYTESTER,
+                              extra={"conftest.py": g.CONFTEST})
+    assert findings == [] and set(outcomes.values()) == {"passed"}, (findings, outcomes)
