@@ -137,3 +137,36 @@ def test_ids_that_hold_the_date_or_time_of_the_run_are_found() -> None:
         "tests/test_dates.py::test_release[2026-06-01]",  # half a year away: the test's data
     ]
     assert date_dependent_ids([*dated, *fixed], now) == set(dated)
+
+
+def test_a_test_that_sleeps_in_a_loop_on_a_clock_is_a_timing_test(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A debounce test polls the project's own clock until a deadline, sleeping between calls:
+    how many calls fit depends on the load. A loop that sleeps without reading a clock does not
+    count, nor does a clock read without a loop."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_wait.py").write_text('''
+import time
+
+import pkg as _
+
+
+def test_debounce_max_wait():
+    start = _.now()
+    while _.now() < start + 40:
+        _.debounced()
+        time.sleep(0.01)
+    assert _.calls
+
+
+def test_retries():
+    for _attempt in range(3):
+        time.sleep(0.01)
+    while queue:
+        time.sleep(0.01)
+
+
+def test_stamp():
+    assert _.now() > 0
+''')
+    ids = [f"tests/test_wait.py::{name}" for name in ("test_debounce_max_wait", "test_retries", "test_stamp")]
+    assert timing_tests(tmp_path, ids) == {ids[0]}
