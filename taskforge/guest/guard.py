@@ -343,7 +343,8 @@ def _image_module(module: types.ModuleType) -> bool:
     namespace = vars(module)
     for value in values:
         own = [f for f in (vars(value).values() if isinstance(value, type) and value.__module__ == module.__name__
-                           else [value]) if isinstance(f, types.FunctionType) and f.__globals__ is namespace]
+                           else [value]) if isinstance(f, types.FunctionType) and f.__globals__ is namespace
+               and not _made_by_dataclasses(value, f)]
         # Its own functions held to their file in its namespace (which sys.modules may no longer
         # name); every other callable judged as anywhere.
         if own and any(_code_why(f.__code__, "@py_builtins" in namespace) is not None for f in own):
@@ -362,12 +363,39 @@ def _imported_as_is(value: Any) -> bool:
     object its home module, not the candidate's, holds under its name; else judged as anywhere."""
     home = sys.modules.get(str(getattr(value, "__module__", None) or type(value).__module__))
     file = getattr(home, "__file__", None)
-    if home is None or (isinstance(file, str) and _real(file) in _candidate):
+    if isinstance(file, str) and _real(file) in _candidate:
         return False
     name = getattr(value, "__name__", None)
-    if isinstance(name, str) and getattr(home, name, None) is value:
+    if home is not None and isinstance(name, str) and getattr(home, name, None) is value:
+        return True
+    # Its home gone from sys.modules too (the same run imported both): its code held to the file
+    # of the namespace it runs in.
+    functions = [value] if isinstance(value, types.FunctionType) else [
+        f for f in vars(value).values() if isinstance(f, types.FunctionType) and not _made_by_dataclasses(value, f)
+    ] if isinstance(value, type) else []
+    if functions and all(_held(f) for f in functions):
         return True
     return _untrusted(value) is None
+
+
+_DATACLASS_METHODS = frozenset({"__init__", "__repr__", "__eq__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__",
+                                "__setattr__", "__delattr__", "__getstate__", "__setstate__"})
+
+
+def _made_by_dataclasses(owner: Any, function: types.FunctionType) -> bool:
+    """A method ``dataclasses`` compiled from a string for a dataclass of a module of the image
+    (``StepwiseCacheInfo.__init__``), which no file holds."""
+    return (isinstance(owner, type) and "__dataclass_fields__" in vars(owner) and function.__name__ in _DATACLASS_METHODS
+            and function.__code__.co_filename == "<string>")
+
+
+def _held(function: types.FunctionType) -> bool:
+    """A function compiled from the image file its namespace is the module of."""
+    namespace = function.__globals__
+    file, spec = namespace.get("__file__"), namespace.get("__spec__")
+    return (isinstance(file, str) and _real(file) not in _candidate and getattr(spec, "origin", None) == file
+            and _real(function.__code__.co_filename) == _real(file) and not isinstance(_compiled(_real(file), False), str)
+            and _code_why(function.__code__, "@py_builtins" in namespace) is None)
 
 
 def _misplaced(key: str, value: Any) -> str | None:

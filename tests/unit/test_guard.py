@@ -844,6 +844,11 @@ HONEST = {
     "a pytest module left imported by a run that put sys.modules back (pytester)": (
         "def double(x):\n    import sys\n    import _pytest.pytester_assertions\n"
         "    sys.modules.pop('_pytest.pytester_assertions', None)\n    return 2 * x\n"),
+    "pytest modules imported by a run that put sys.modules back, their imports gone too": (
+        # As pytester's SysModulesSnapshot does: stepwise imports the cache provider, which the
+        # run's -p no:cacheprovider kept out of the outer session.
+        "def double(x):\n    import sys\n    before = set(sys.modules)\n    import _pytest.stepwise\n"
+        "    for name in set(sys.modules) - before:\n        del sys.modules[name]\n    return 2 * x\n"),
 }
 
 
