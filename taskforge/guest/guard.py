@@ -870,11 +870,13 @@ class _Guard:
         if hook is relay:
             return
         held = getattr(hook, "__dict__", None)
-        if id(type(hook)) not in _VERDICT_CLASSES or not isinstance(held, dict) or held.get("_hook_relay") is not relay:
+        # pytest 8 and 9 hold the table as ``_hook_relay``; pytest 7 as ``__hook_caller`` (mangled).
+        relay_keys = [key for key, value in held.items() if value is relay] if isinstance(held, dict) else []
+        if id(type(hook)) not in _VERDICT_CLASSES or not relay_keys:
             self.note(f"config.hook is not the plugin manager's ({_named(hook)})")
             return
         for key, value in list(held.items()):
-            if key != "_hook_relay" and value is not getattr(relay, key, None) and (why := _untrusted(value)):
+            if key not in relay_keys and value is not getattr(relay, key, None) and (why := _untrusted(value)):
                 self.note(f"config.hook's {key} runs {why}")
 
     def _hooks(self, config: pytest.Config, *, full: bool) -> None:
