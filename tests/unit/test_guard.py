@@ -79,10 +79,9 @@ MIXINS = "import feature\n\n\nclass Mixin:\n    def test_from_a_mixin(self):\n  
 DOCS = "Doubling\n========\n\n>>> import feature\n>>> feature.double(21)\n42\n"
 
 
-def _run(tmp: Path, feature: str = FEATURE, *, after_digest: str | None = None, mixins_known: bool = True,
-         docs: bool = False, image_plugin: bool = False, start: str | None = None) -> list[str]:
-    """Run the project; the guard's findings. ``start``: the start state's ``feature.py``,
-    committed in the project's repository, which the candidate's ``feature`` then replaces."""
+def project_with_start(tmp: Path, start: str | None) -> Path:
+    """A project folder; with ``start``, a repository whose one commit holds it as ``feature.py``
+    (the start state the guard reads from ``HEAD``)."""
     project = tmp / "project"
     project.mkdir()
     if start is not None:
@@ -91,6 +90,14 @@ def _run(tmp: Path, feature: str = FEATURE, *, after_digest: str | None = None, 
         subprocess.run([*git, "init", "-q"], check=True)
         subprocess.run([*git, "add", "feature.py"], check=True)
         subprocess.run([*git, "commit", "-q", "-m", "start"], check=True)
+    return project
+
+
+def _run(tmp: Path, feature: str = FEATURE, *, after_digest: str | None = None, mixins_known: bool = True,
+         docs: bool = False, image_plugin: bool = False, start: str | None = None) -> list[str]:
+    """Run the project; the guard's findings. ``start``: the start state's ``feature.py``,
+    committed in the project's repository, which the candidate's ``feature`` then replaces."""
+    project = project_with_start(tmp, start)
     (project / "test_feature.py").write_text(TESTS)
     (project / "mixins.py").write_text(MIXINS)
     (project / "feature.py").write_text(feature)

@@ -15,7 +15,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from test_guard import MIXINS, TESTS  # tests/unit, which pytest puts on sys.path
+from test_guard import (  # tests/unit, which pytest puts on sys.path
+    MIXINS,
+    TESTS,
+    project_with_start,
+)
 
 from taskforge import guest
 
@@ -35,14 +39,7 @@ def _run(tmp: Path, feature: str, *, tests: str = TESTS, start: str | None = Non
          extra: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """The guard's findings and each test's outcome in the report, with taskforge's report plugin
     loaded as the scorer loads it."""
-    project = tmp / "project"
-    project.mkdir()
-    if start is not None:
-        (project / "feature.py").write_text(start)
-        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(project)]
-        subprocess.run([*git, "init", "-q"], check=True)
-        subprocess.run([*git, "add", "feature.py"], check=True)
-        subprocess.run([*git, "commit", "-q", "-m", "start"], check=True)
+    project = project_with_start(tmp, start)
     (project / "test_feature.py").write_text(tests)
     (project / "mixins.py").write_text(MIXINS)
     for name, text in (extra or {}).items():
