@@ -193,12 +193,18 @@ def test_a_pytest_hook_in_the_hidden_tests_is_no_leak(hazard) -> None:  # type: 
 
 def test_every_task_holds_under_validate_and_two_scoring_runs(hazard, session_cache) -> None:  # type: ignore[no-untyped-def]
     out, _ = hazard
-    validated = _cli("validate", str(out), cache=session_cache)
+    _holds_under_validate_and_scoring(out, session_cache, ("first", "second"))
+
+
+def _holds_under_validate_and_scoring(out: Path, cache: Path, attempts: tuple[str, ...]) -> None:
+    """Every task of ``out`` holds under ``taskforge validate`` and, in each scoring run, gold
+    scores 1.0 with every expected test passed and the empty patch 0.0."""
+    validated = _cli("validate", str(out), cache=cache)
     assert validated.returncode == 0 and "BROKEN" not in validated.stdout, validated.stdout[-3000:]
     tasks = {t.instance_id: t for t in read_tasks(out)}
-    for attempt in ("first", "second"):
+    for attempt in attempts:
         rewards = out.parent / f"{out.name}-rewards-{attempt}"
-        scored = _cli("score", "--tasks", str(out), "--gold", "--empty", "--out", str(rewards), cache=session_cache)
+        scored = _cli("score", "--tasks", str(out), "--gold", "--empty", "--out", str(rewards), cache=cache)
         assert scored.returncode == 0, scored.stderr[-3000:]
         rows = read_rows(rewards)
         assert len(rows) == 2 * len(tasks)
@@ -251,14 +257,7 @@ def test_lint_checks_of_files_are_no_tests(tmp_path_factory, session_cache, back
     assert summary["tests"] == 8 and summary["tasks"] >= 4, summary
     tasks = read_tasks(out)
     assert not any(i.endswith("::lint") for t in tasks for i in (*t.FAIL_TO_PASS, *t.PASS_TO_PASS))
-    validated = _cli("validate", str(out), cache=session_cache)
-    assert validated.returncode == 0 and "BROKEN" not in validated.stdout, validated.stdout[-3000:]
-    rewards = out.parent / f"{out.name}-rewards"
-    scored = _cli("score", "--tasks", str(out), "--gold", "--empty", "--out", str(rewards), cache=session_cache)
-    assert scored.returncode == 0, scored.stderr[-3000:]
-    for row in read_rows(rewards):
-        wanted = 1.0 if row["candidate_id"] == "gold" else 0.0
-        assert (row["status"], row["reward"]) == ("ok", wanted), (row["instance_id"], row["detail"])
+    _holds_under_validate_and_scoring(out, session_cache, ("only",))
     task = next(t for t in tasks if t.target.startswith("linted.wrap"))
     older = replace(task, PASS_TO_PASS=(*task.PASS_TO_PASS, "linted/text.py::lint"))
     with Scorer(backend=backend, limits=SandboxLimits.load(), timeout_s=120) as scorer:
