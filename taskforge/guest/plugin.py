@@ -22,7 +22,10 @@ writes one JSON line to that descriptor as each test finishes, ``{"t": NODEID, "
 
 With ``$TASKFORGE_COVERAGE_OUT`` set it also measures line coverage (coverage.py) of the
 directories in ``$TASKFORGE_COVERAGE_SOURCE`` with one context per test, and writes
-``{node id: {file: [lines]}}`` as JSON to that path when pytest ends. With
+``{"lines": {node id: {file: [lines]}}, "definitions": {node id: [file, line, qualname]}}`` as
+JSON to that path when pytest ends: where each test function is defined, as Python saw it (a test
+that a factory function generates, ``globals()[name] = type(...)``, is found there, where no
+reading of the source finds it). With
 ``$TASKFORGE_SELECT`` naming a JSON file of node ids, only those tests run (the rest are
 deselected): argument lists cannot carry tens of thousands of ids. These variables are removed
 from the environment before any test code runs. Without it, every test runs but the items that
@@ -59,6 +62,7 @@ _coverage_out_key = pytest.StashKey[str]()
 _select_key = pytest.StashKey[frozenset[str]]()
 _layout_key = pytest.StashKey[str]()
 _doctest_only_key = pytest.StashKey[frozenset[str]]()
+_definitions_key = pytest.StashKey[dict[str, list[Any]]]()
 
 
 def _is_doctest_id(nodeid: str) -> bool:
@@ -165,7 +169,32 @@ def _file_check(item: pytest.Item) -> bool:
     return not isinstance(item, (pytest.Function, DoctestItem)) and str(item.path).endswith((".py", ".pyi"))
 
 
+def _definition(item: pytest.Item, root: str) -> list[Any] | None:
+    """[repo-relative file, first line, qualname] of the function a test item runs, unwrapped
+    (``functools.wraps``), or None outside the repository or without code."""
+    import inspect
+
+    if not isinstance(item, pytest.Function):
+        return None
+    try:
+        function = inspect.unwrap(item.function)
+    except ValueError:  # a cycle of __wrapped__
+        return None
+    code = getattr(function, "__code__", None)
+    qualname = getattr(function, "__qualname__", None)
+    if code is None or not isinstance(qualname, str):
+        return None
+    path = os.path.relpath(os.path.realpath(code.co_filename), os.path.realpath(root))
+    if path.startswith(os.pardir + os.sep) or os.path.isabs(path):
+        return None
+    return [path.replace(os.sep, "/"), code.co_firstlineno, qualname]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.stash.get(_coverage_key, None) is not None:
+        root = str(config.invocation_params.dir)  # the workspace, where pytest runs
+        config.stash[_definitions_key] = {item.nodeid: found for item in items
+                                          if (found := _definition(item, root)) is not None}
     wanted = config.stash.get(_select_key, None)
     if wanted is None:
         # A whole run (the baseline) leaves file checks out, so no task counts on one; a selection
@@ -247,7 +276,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
                 if context:
                     lines_by_test.setdefault(context, {}).setdefault(path, []).append(line)
     with open(config.stash[_coverage_out_key], "w", encoding="utf-8") as out:
-        json.dump(lines_by_test, out)
+        json.dump({"lines": lines_by_test, "definitions": config.stash.get(_definitions_key, {})}, out)
 
 
 @pytest.hookimpl(trylast=True)  # after junitxml's own pytest_configure has set up its writer

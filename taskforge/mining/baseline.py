@@ -30,6 +30,9 @@ class Baseline:
     tests: tuple[str, ...]
     """Every test of the first baseline run, whatever its outcome."""
     coverage: dict[str, dict[str, list[int]]]
+    definitions: dict[str, tuple[str, int, str]]
+    """Where each test's function is defined (``RunResult.definitions`` of the coverage run):
+    hiding finds a generated test's definition there."""
     importable: tuple[str, ...]
     """Package modules that import at baseline (the import check after a removal uses these)."""
     seed_dependent: tuple[str, ...] = ()
@@ -231,6 +234,7 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
                       and t not in load_sensitive and t not in marked_flaky and t not in selection_sensitive),
         tests=tuple(first.results),
         coverage=first.coverage or {},
+        definitions=first.definitions or {},
         importable=tuple(m for m in sorted(index.modules) if m not in first.import_errors),
         seed_dependent=tuple(sorted(seed_dependent)),
         date_dependent=tuple(sorted(date_dependent)),

@@ -164,7 +164,8 @@ def hide_failing(fail_to_pass: Sequence[str], ctx: Context, broken: Sequence[str
     if ctx.config.visible_tests:
         return {}
     try:
-        return hide_tests(ctx.snapshot.path, fail_to_pass, index=ctx.tests, broken=broken, whole=whole)
+        return hide_tests(ctx.snapshot.path, fail_to_pass, index=ctx.tests, broken=broken, whole=whole,
+                          located=ctx.baseline.definitions)
     except TaskforgeError as err:
         return Rejected.of_error(err)
 

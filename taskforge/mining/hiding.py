@@ -34,9 +34,14 @@ is hidden by deleting the file; ``test_patch`` brings it back whole. A doctest o
 (``tests/test_x.py::tests.test_x.Helper.make``, ``--doctest-modules`` collects those too) is
 hidden by deleting the docstring that holds it, or with its file when a broken file goes whole.
 
+A test that a factory function generates (``def make(kind): class _T(TestCase): def test_x...``,
+bound with ``globals()["TestJson"] = _T``, which no reading of the source resolves) is found where
+the interpreter defined its function in the baseline (``located``): its nested ``def`` is deleted,
+so, as with parametrizations, it is hidden in every class the factory makes.
+
 Node ids that cannot be hidden raise ``TaskforgeError(reason="unhideable_test")``: doctests of a
 source module (``pkg/mod.py::pkg.mod.func``, the candidate's to write), other non-Python items, ids that name nothing
-defined in the repository (generated tests, module-level tests imported from another file, tests
+defined in the repository (data-driven tests, one function attached under many names; module-level tests imported from another file, tests
 inherited from a base outside the repository such as an installed package), tests whose deletion
 would let another definition of the name take its place (a class that overrides a base's test),
 and tests defined in a file that is not test code (restoring them would land in the code patch,
@@ -53,9 +58,10 @@ stays visible, which the caller sees. A subclass that overrides a hidden test an
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
@@ -66,6 +72,7 @@ import libcst as cst
 from taskforge.errors import TaskforgeError
 from taskforge.mining.removal.cst import StatementRemover
 from taskforge.repo.symbols import dotted_name, parse_source, read_source, render_module
+from taskforge.repo.testdefs import parse_source as parse_python
 from taskforge.repo.testfiles import DEFAULT_LAYOUT, TestLayout
 from taskforge.task import is_doctest_id
 
@@ -80,7 +87,8 @@ _TESTLESS_BASES = frozenset({"object", "TestCase", "IsolatedAsyncioTestCase"})
 
 
 def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None = None,
-               broken: Sequence[str] = (), whole: Sequence[str] = ()) -> dict[str, str | None]:
+               broken: Sequence[str] = (), whole: Sequence[str] = (),
+               located: Mapping[str, tuple[str, int, str]] | None = None) -> dict[str, str | None]:
     """Remove the tests ``nodeids`` name; return path -> new text (None: file deleted), by path.
 
     ``index``: the repository's :class:`ClassIndex` from an earlier call, so that a repository's
@@ -89,7 +97,10 @@ def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None =
     say, uses what was removed): each is deleted whole, its tests with it, unless another file
     imports it or inherits its tests; then its tests are hidden one by one like the others.
     ``whole``: test files deleted whole whatever imports them (they still do not import with the
-    tests hidden one by one, so neither does any file importing them)."""
+    tests hidden one by one, so neither does any file importing them).
+    ``located``: node id → where the interpreter defined its function (``Baseline.definitions``),
+    which finds a test generated in a factory function (:meth:`ClassIndex.definition`); a file
+    holding such a definition stays, whatever tests are left in it that reading finds."""
     repo = Path(repo)
     if index is None or index.repo != repo:
         index = ClassIndex(repo)
@@ -98,7 +109,8 @@ def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None =
     whole_files: set[str] = set()  # text files of doctests, hidden whole
     wholes = {path for path in broken if (repo / path).is_file()
               and PurePosixPath(path).name not in ("conftest.py", "__init__.py") and not _imported_elsewhere(repo, path)}
-    located: list[tuple[str, str, tuple[str, ...]]] = []  # (the id's file, where its definition is, qualname)
+    found: list[tuple[str, str, tuple[str, ...]]] = []  # (the id's file, where its definition is, qualname)
+    generated: set[str] = set()  # files holding a generated test's definition, in a factory function
     doctest_ids: list[str] = []  # doctests of Python files
     for nodeid in nodeids:
         text_file = doctest_text_file(nodeid)
@@ -113,10 +125,12 @@ def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None =
         path, parts = _parse_nodeid(nodeid)
         if not (repo / path).is_file():
             raise TaskforgeError(f"{nodeid}: no file {path} in the repository", reason=UNHIDEABLE)
-        where, qualname = index.definition(nodeid, path, parts)
-        located.append((path, where, qualname))
+        where, qualname = index.definition(nodeid, path, parts, (located or {}).get(nodeid))
+        if len(qualname) > 1 and qualname[:-1] not in index.module(where).classes:
+            generated.add(where)  # nested in a function
+        found.append((path, where, qualname))
     # A broken file goes whole unless other files' tests are defined in it (they would lose them).
-    inherited = {where for path, where, _ in located if where != path}
+    inherited = {where for path, where, _ in found if where != path}
     wholes -= inherited
     wholes |= {path for path in whole if (repo / path).is_file()
                and PurePosixPath(path).name not in ("conftest.py", "__init__.py")}
@@ -126,7 +140,7 @@ def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None =
         path = PurePosixPath(nodeid.partition("::")[0]).as_posix()
         if path not in wholes:
             docstrings.setdefault(path, set()).add(index.doctest_owner(nodeid, path))
-    for path, where, qualname in located:
+    for path, where, qualname in found:
         if path in wholes:
             continue
         definitions.setdefault(where, set()).add(qualname)
@@ -138,7 +152,7 @@ def hide_tests(repo: Path, nodeids: Sequence[str], *, index: ClassIndex | None =
         hider = _Hider(definitions.get(path, set()), keep=partial(index.is_named, path), docstrings=docstrings.get(path, set()))
         new_tree = module.tree.visit(hider)
         name = PurePosixPath(path).name
-        kept = name in ("conftest.py", "__init__.py") or path in inherited_from
+        kept = name in ("conftest.py", "__init__.py") or path in inherited_from or path in generated
         if not kept and not _has_tests(new_tree) and not _imported_elsewhere(repo, path):
             changes[path] = None
         else:
@@ -200,7 +214,8 @@ class _Hider(StatementRemover):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self.stack.append(node.name.value)
-        return False  # tests are never nested in functions
+        path = tuple(self.stack)  # a generated test's def is nested in its factory function
+        return any(len(target) > len(path) and target[:len(path)] == path for target in self.targets)
 
     def leave_FunctionDef(
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
@@ -395,17 +410,22 @@ class ClassIndex:
             self._modules[path] = _scan_module(path, text, tree)
         return self._modules[path]
 
-    def definition(self, nodeid: str, path: str, parts: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-        """Where the function ``parts`` names in ``path`` is defined: (file, qualname there)."""
+    def definition(self, nodeid: str, path: str, parts: tuple[str, ...],
+                   location: tuple[str, int, str] | None = None) -> tuple[str, tuple[str, ...]]:
+        """Where the function ``parts`` names in ``path`` is defined: (file, qualname there).
+
+        ``location``: where the interpreter defined the test's function in the baseline
+        (``Baseline.definitions``), for a test that reading the source does not find."""
         module = self.module(path)
         owner, name = parts[:-1], parts[-1]
         if not owner:
             if name not in module.top:
-                raise _unhideable(f"{nodeid}: {name} is not defined in {path} (generated or imported?)")
+                return self._generated(nodeid, location, f"{nodeid}: {name} is not defined in {path} (generated or imported?)")
             return path, parts
         cls = _ClassRef(path, owner) if owner in module.classes else self._imported_class(path, owner)
         if cls is None:
-            raise _unhideable(f"{nodeid}: no class {'::'.join(owner)} in {path}, nor imported into it from the repository")
+            return self._generated(nodeid, location,
+                                   f"{nodeid}: no class {'::'.join(owner)} in {path}, nor imported into it from the repository")
         mro = self.mro(cls)
         definers = [c for c in mro if isinstance(c, _ClassRef) and name in self._members(c)]
         if not definers:
@@ -418,6 +438,28 @@ class ClassIndex:
         if definer.path != path and not self.layout.is_test_file(definer.path):
             raise _unhideable(f"{nodeid}: inherited from {definer}, which is not test code")
         return definer.path, (*definer.qualname, name)
+
+    def _generated(self, nodeid: str, location: tuple[str, int, str] | None, why: str) -> tuple[str, tuple[str, ...]]:
+        """A generated test's definition: the ``def`` its function came from, nested in a factory
+        function (lark's ``_make_parser_test(LEXER, PARSER)`` defines ``class _TestParser`` with its
+        tests and binds it under a new name with ``globals()[name] = _TestParser``). Deleting that
+        ``def`` hides the test in every class the factory makes, as deleting a parametrized
+        function hides all its parametrizations. Only a ``def test...`` of a test file, defined once
+        under its qualname, at the line the interpreter saw: a function made once and attached
+        under many test names (data-driven cases, ``setattr(cls, "test_" + case, method)``) is not
+        a test's own code, and stays ``unhideable_test``."""
+        if location is None:
+            raise _unhideable(why)
+        path, line, qualname = location
+        parts = tuple(part for part in qualname.split(".") if part != "<locals>")
+        if not parts or not parts[-1].startswith("test"):
+            raise _unhideable(f"{why}; the interpreter ran {qualname} of {path}, which is not a test function of its own")
+        if not (self.repo / path).is_file() or not self.layout.is_test_file(path):
+            raise _unhideable(f"{why}; the interpreter ran {qualname} of {path}, which is not test code")
+        lines = _function_lines(self.module(path).text).get(parts, [])
+        if len(lines) != 1 or line not in lines[0]:
+            raise _unhideable(f"{why}; {qualname} is not defined once at line {line} of {path}")
+        return path, parts
 
     def _imported_class(self, path: str, owner: tuple[str, ...]) -> _ClassRef | None:
         """The class of the repository that ``owner`` names in ``path`` once the file has run, when
@@ -580,6 +622,25 @@ def _definitions(tree: cst.Module) -> dict[tuple[str, ...], str | None]:
                     walk(statement.body, qualname)
 
     walk(cst.IndentedBlock(body=tree.body), ())
+    return out
+
+
+def _function_lines(text: str) -> dict[tuple[str, ...], list[tuple[int, ...]]]:
+    """Each function's qualname (without ``<locals>``) → per definition, the lines the interpreter
+    may give as its first (``co_firstlineno``: the ``def``, or its first decorator)."""
+    out: dict[tuple[str, ...], list[tuple[int, ...]]] = {}
+
+    def walk(node: ast.AST, scope: tuple[str, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qualname = (*scope, child.name)
+                if not isinstance(child, ast.ClassDef):
+                    out.setdefault(qualname, []).append((child.lineno, *(d.lineno for d in child.decorator_list[:1])))
+                walk(child, qualname)
+            else:
+                walk(child, scope)
+
+    walk(parse_python(text), ())
     return out
 
 

@@ -26,26 +26,19 @@ import ast
 import builtins
 import random
 import re
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
+from taskforge.repo.testdefs import (
+    find_function,
+    function_span,
+    locate_tests,
+    parse_source,
+)
 from taskforge.repo.text import source_lines
 
 __all__ = ["TWIN_RANK", "Twin", "make_twins", "parse_source", "place_twin", "place_twins", "twin_ids"]
-
-_PARSE_LOCK = threading.Lock()
-
-
-def parse_source(source: str | bytes) -> ast.Module:
-    """``ast.parse``, one thread at a time in the whole process: CPython 3.11 keeps the AST
-    builder's recursion depth in interpreter-wide state, and two threads parsing at once (the
-    scorer lints candidates and places twins in its worker threads) fail with ``SystemError: AST
-    constructor recursion depth mismatch``."""
-    with _PARSE_LOCK:
-        return ast.parse(source)
 
 
 def _parses(source: str) -> bool:
@@ -117,97 +110,6 @@ def twin_ids(twin: Twin, name: str | None = None) -> list[str]:
     """The node ids ``twin`` runs under when placed under ``name`` (its test's own name by
     default): one per id of ``twin.tests``."""
     return [f"{nodeid.rsplit('::', 1)[0]}::{name or twin.name}" for nodeid in twin.tests]
-
-
-# -- finding a test function ------------------------------------------------------------------
-
-
-def _split_id(nodeid: str) -> tuple[str, tuple[str, ...], str] | None:
-    """``(file, classes, function)`` of a plain (not parametrized, not doctest) test id."""
-    if "[" in nodeid or "::" not in nodeid:
-        return None
-    file, *rest = nodeid.split("::")
-    if not file.endswith(".py") or not rest or any(not part.isidentifier() for part in rest):
-        return None
-    return file, tuple(rest[:-1]), rest[-1]
-
-
-def _find(tree: ast.Module, classes: Sequence[str], name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    body: list[ast.stmt] = tree.body
-    for cls in classes:
-        found = [n for n in body if isinstance(n, ast.ClassDef) and n.name == cls]
-        if len(found) != 1:
-            return None
-        body = found[0].body
-    functions = [n for n in body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name]
-    return functions[0] if len(functions) == 1 else None
-
-
-def _defining(tree: ast.Module, classes: Sequence[str], name: str, depth: int = 0) -> tuple[str, ...] | None:
-    """The class path that defines the method ``name`` a test id names under ``classes``: the
-    class itself, or one of its bases defined at module level in the same file."""
-    if _find(tree, classes, name) is not None:
-        return tuple(classes)
-    if not classes or depth > 8:
-        return None
-    body: list[ast.stmt] = tree.body
-    node: ast.ClassDef | None = None
-    for cls in classes:
-        found = [n for n in body if isinstance(n, ast.ClassDef) and n.name == cls]
-        if len(found) != 1:
-            return None
-        node = found[0]
-        body = node.body
-    assert node is not None
-    for base in node.bases:
-        if isinstance(base, ast.Name):
-            found_in = _defining(tree, (base.id,), name, depth + 1)
-            if found_in is not None:
-                return found_in
-    return None
-
-
-def _imports_from(text: str | None, file: str, name: str, definer: str) -> bool:
-    """Whether the module ``file`` (its source ``text``) imports ``name``, under that name or by
-    ``*``, from the module of the repository file ``definer``."""
-    try:
-        tree = parse_source(text) if text else None
-    except SyntaxError:
-        return False
-    target = PurePosixPath(definer)
-    target = target.parent if target.name == "__init__.py" else target.with_suffix("")
-    for node in tree.body if tree is not None else ():
-        if not isinstance(node, ast.ImportFrom) or not any(
-                alias.name == "*" or (alias.name == name and alias.asname in (None, name)) for alias in node.names):
-            continue
-        parts = tuple(node.module.split(".")) if node.module else ()
-        if node.level:
-            ups = PurePosixPath(file).parents
-            if node.level <= len(ups) and ups[node.level - 1].joinpath(*parts) == target:
-                return True
-        elif parts and target.parts[-len(parts):] == parts:
-            return True
-    return False
-
-
-def _definer_in(hidden: Mapping[str, str | None], trees: dict[str, ast.Module | None], file: str,
-                classes: Sequence[str], name: str) -> bool:
-    """Whether hidden ``file`` defines the method ``name`` in the class path ``classes`` itself."""
-    if file not in trees:
-        text = hidden.get(file) if file.endswith(".py") else None
-        try:
-            trees[file] = parse_source(text) if text else None
-        except SyntaxError:
-            trees[file] = None
-    tree = trees[file]
-    return tree is not None and _find(tree, classes, name) is not None
-
-
-def _span(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, int]:
-    """First and last line (1-based, inclusive) of a function with its decorators."""
-    first = min([function.lineno, *(d.lineno for d in function.decorator_list)])
-    assert function.end_lineno is not None
-    return first, function.end_lineno
 
 
 # -- editing source by ast positions ----------------------------------------------------------
@@ -518,11 +420,11 @@ def _negate(lines: list[str], function: ast.FunctionDef | ast.AsyncFunctionDef) 
 def _twins_of(text: str, file: str, classes: tuple[str, ...], name: str, tests: tuple[str, ...],
               rng: random.Random) -> list[Twin]:
     tree = parse_source(text)
-    function = _find(tree, classes, name)
+    function = find_function(tree, classes, name)
     if function is None or any("parametrize" in ast.dump(d) for d in function.decorator_list):
         return []
     nodeid = tests[0]
-    first, last = _span(function)
+    first, last = function_span(function)
     all_lines = source_lines(text)
     twins: list[Twin] = []
     vocabulary = _vocabulary(tree)
@@ -617,13 +519,13 @@ def _fail_after(lines: list[str], function: ast.FunctionDef | ast.AsyncFunctionD
     call, passes beside the twin as it does alone); else on a line of its own after it."""
     statement = function.body[-1]
     end = statement.end_lineno or statement.lineno
-    last = _span(function)[1]
+    last = function_span(function)[1]
     if end == last and not isinstance(statement, _COMPOUND):
         line = lines[end - 1]
         text = line.rstrip("\r")
         edited = [*lines[: end - 1], f"{text}; {failure}{line[len(text):]}", *lines[end:]]
         try:
-            placed = _find(parse_source("\n".join(edited)), classes, function.name)
+            placed = find_function(parse_source("\n".join(edited)), classes, function.name)
         except SyntaxError:
             placed = None
         # A comment at the end of the line would swallow the failure: it must be a statement.
@@ -680,42 +582,15 @@ def _raised_in(tree: ast.Module, lines: list[str]) -> list[str]:
 def make_twins(hidden: Mapping[str, str | None], fail_to_pass: Sequence[str], *, others: Iterable[str] = (),
                seed: str, read: Callable[[str], str | None] | None = None) -> list[Twin]:
     """Twin candidates for every function (up to 64) that ``fail_to_pass`` tests run (plain test
-    functions in the files of ``hidden``, path → text): value twins first, then a negated one,
-    else a plain one. A method inherited by several test classes is one function: its twin stands
-    in for every id that runs it, and it gets none when one of those ids is not FAIL_TO_PASS.
-    ``read``: a start-state file's text, for the ids of a class their module imports."""
+    functions in the files of ``hidden``, path → text, found by ``taskforge.repo.testdefs``):
+    value twins first, then a negated one, else a plain one. A method inherited by several test
+    classes is one function, and so is a factory's test that every class it makes runs: its twin
+    stands in for every id that runs it, and it gets none when one of those ids is not
+    FAIL_TO_PASS. ``read``: a start-state file's text, for the ids of a class their module
+    imports or a factory makes."""
     rng = random.Random(seed)
     wanted = set(fail_to_pass)
-    trees: dict[str, ast.Module | None] = {}
-    groups: dict[tuple[str, tuple[str, ...], str], list[str]] = {}
-    elsewhere: set[str] = set()
-    for nodeid in [*fail_to_pass, *others]:
-        parts = _split_id(nodeid)
-        if parts is None:
-            continue
-        file, classes, name = parts
-        if file not in trees:
-            text = hidden.get(file)
-            try:
-                trees[file] = parse_source(text) if text else None
-            except SyntaxError:
-                trees[file] = None
-        tree = trees[file]
-        defining = _defining(tree, classes, name) if tree is not None else None
-        if defining is None and classes and read is not None and not any(
-                isinstance(n, ast.ClassDef) and n.name == classes[0] for n in (tree.body if tree else ())):
-            # A class the collected module imports (``from .test_cache import TestCache`` in an
-            # aggregating ``tests/__main__.py``): defined, and hidden, in another file. Only where
-            # one hidden file defines it and the module imports it from there (by name or ``*``);
-            # calibration drops a twin that does not run as the test all the same.
-            definers = [other for other in sorted(hidden) if other != file and _definer_in(hidden, trees, other, classes, name)]
-            if len(definers) == 1 and _imports_from(read(file) if tree is None else hidden.get(file), file,
-                                                    classes[0], definers[0]):
-                file, defining = definers[0], tuple(classes)
-        if defining is not None:
-            groups.setdefault((file, defining, name), []).append(nodeid)
-        elif classes:
-            elsewhere.add(name)
+    groups, elsewhere = locate_tests(hidden, [*fail_to_pass, *others], read=read)
     # A method an id runs from a class of another module (``class TestAstroid(TestMarkTokens)``,
     # the base imported): a twin of it in its own file would run under that id too, unseen, and
     # fail a real test. No function of that name gets a twin (asttokens' held-out gold scored 0).
@@ -752,10 +627,10 @@ def place_twins(text: str, twins: Sequence[Twin]) -> str:
     tree = parse_source(text)
     spans: dict[tuple[int, int], Twin] = {}
     for twin in twins:
-        function = _find(tree, twin.classes, twin.name)
+        function = find_function(tree, twin.classes, twin.name)
         if function is None:
             raise ValueError(f"{twin.test} is not one plain function of {twin.file}")
-        spans[_span(function)] = twin
+        spans[function_span(function)] = twin
     lines = source_lines(text)
     end = _line_end(text, lines)
     for (first, last), twin in sorted(spans.items(), reverse=True):  # bottom up: spans above keep their lines
@@ -779,10 +654,10 @@ def place_twin(text: str, twin: Twin, *, name: str | None = None) -> str:
     if name is None:
         return place_twins(text, [twin])
     tree = parse_source(text)
-    function = _find(tree, twin.classes, twin.name)
+    function = find_function(tree, twin.classes, twin.name)
     if function is None:
         raise ValueError(f"{twin.test} is not one plain function of {twin.file}")
-    _, last = _span(function)
+    _, last = function_span(function)
     lines = source_lines(text)
     end = _line_end(text, lines)
     source = [line.rstrip("\r") + end for line in source_lines(twin.source)]

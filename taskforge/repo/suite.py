@@ -213,6 +213,9 @@ class RunResult:
     truncated: bool
     coverage: dict[str, dict[str, list[int]]] | None = None
     """With coverage on: node id → repo-relative file → executed line numbers."""
+    definitions: dict[str, tuple[str, int, str]] | None = None
+    """With coverage on: node id → (repo-relative file, first line, qualname) of the function the
+    test runs, as the interpreter defined it (a generated test's is its factory's nested def)."""
     import_errors: dict[str, str] = field(default_factory=dict)
     """Modules asked to be imported that failed, with the last line of the error."""
     import_calls: tuple[tuple[str, int, str], ...] = ()
@@ -602,11 +605,12 @@ class SuiteRunner:
             run = replace(run, import_calls=tuple((path, int(line), name) for path, line, name in reply["import_calls"]))
         if reply["coverage"] is not None:
             prefix = f"{WORKSPACE}/"
-            lines = json.loads(reply["coverage"])
+            measured = json.loads(reply["coverage"])
             run = replace(run, coverage={
                 nodeid: {path.removeprefix(prefix): sorted(nums) for path, nums in files.items()}
-                for nodeid, files in lines.items()
-            })
+                for nodeid, files in measured["lines"].items()
+            }, definitions={nodeid: (path, int(line), qualname)
+                            for nodeid, (path, line, qualname) in measured["definitions"].items()})
         return run
 
 

@@ -51,11 +51,11 @@ def _cli(*args: str, cache: Path, timeout: int = 1800) -> subprocess.CompletedPr
                           timeout=timeout, env={**os.environ, "TASKFORGE_CACHE": str(cache)}, check=False)
 
 
-def _mine(name: str, tmp_path_factory: pytest.TempPathFactory, cache: Path) -> tuple[Path, dict]:  # type: ignore[type-arg]
+def _mine(name: str, tmp_path_factory: pytest.TempPathFactory, cache: Path, max_tasks: int = 10) -> tuple[Path, dict]:  # type: ignore[type-arg]
     project = tmp_path_factory.mktemp(name) / name
     shutil.copytree(PROJECTS / name, project)
     out = tmp_path_factory.mktemp(f"{name}-tasks")
-    proc = _cli("mine", str(project), "--out", str(out), "--max-tasks", "10", cache=cache)
+    proc = _cli("mine", str(project), "--out", str(out), "--max-tasks", str(max_tasks), cache=cache)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     summary = json.loads((out / "mine-summary.json").read_text())
     assert not summary["failures"], summary["failures"]
@@ -320,23 +320,31 @@ def test_a_top_level_module_is_indexed_like_a_package(tmp_path_factory, session_
     assert made.returncode == 0 and f"gold 1.0 on {tasks} of {tasks}, empty 0.0 on {tasks} of {tasks}" in report.read_text()
 
 
-@pytest.mark.slow  # about two minutes: a mining, a validation and a scoring of its own
+@pytest.mark.slow  # a few minutes: a mining of every candidate, a validation and a scoring of its own
 def test_test_classes_imported_into_the_collected_module(tmp_path_factory, session_cache, base_image) -> None:  # type: ignore[no-untyped-def]
     """aggregated collects only tests/__main__.py, which imports its test classes from a module
     beside it and, by ``*``, from one below it (tests/unit/). Their tests are hidden where the
     classes are defined (every one was ``unhideable_test`` before), their twins placed there, the
     guard holds the collected tests to those files, and every task holds under validate and
     scoring, gold 1.0 and the empty patch 0.0. (A symbol removal that breaks a class module's
-    import breaks the collected module's too, and leaves no test to run: it is refused.)"""
-    out, summary = _mine("aggregated", tmp_path_factory, session_cache)
-    assert summary["tasks"] >= 4 and "unhideable_test" not in summary["rejections"], summary
+    import breaks the collected module's too, and leaves no test to run: it is refused.) The
+    classes of tests/test_padding.py are made by a factory function, one per fill character: their
+    tests are hidden in the factory (every one was ``unhideable_test`` before), so in both classes."""
+    out, summary = _mine("aggregated", tmp_path_factory, session_cache, max_tasks=30)
+    assert summary["tasks"] >= 6 and "unhideable_test" not in summary["rejections"], summary
     tasks = read_tasks(out)
-    defined = {"tests/test_words.py", "tests/unit/test_numbers.py"}
+    defined = {"tests/test_words.py", "tests/unit/test_numbers.py", "tests/test_padding.py"}
     for task in tasks:
         assert all(t.startswith("tests/__main__.py::") for t in task.FAIL_TO_PASS), task.FAIL_TO_PASS
         assert {path for path in task.test_patch.split() if path.startswith("b/")} <= {f"b/{p}" for p in defined}
         canaries = task_canaries(task)
         assert canaries and {twin.file for twin in canaries} <= defined, task.instance_id
+    padding = [task for task in tasks if "padding" in task.instance_id]
+    assert padding, [task.instance_id for task in tasks]
+    for task in padding:  # hidden in the factory, so in both of the classes it makes
+        functions = {t.rpartition("::")[2] for t in task.FAIL_TO_PASS}
+        assert {t for t in task.FAIL_TO_PASS if "TestPadding" in t} == {
+            f"tests/__main__.py::TestPadding{kind}::{name}" for kind in ("Space", "Dot") for name in functions}
     assert {twin.file for task in tasks for twin in task_canaries(task)} == defined
     validated = _cli("validate", str(out), cache=session_cache)
     assert validated.returncode == 0 and "BROKEN" not in validated.stdout, validated.stdout[-3000:]

@@ -536,3 +536,51 @@ def test_a_crlf_file_without_a_final_newline_keeps_its_line_ends_where_twins_sit
         body = placed.split("\n")
         assert all(line.endswith("\r") for line in body[:-1] if line), "an LF-only line where a twin sits"
         assert not placed.endswith(("\r", "\n"))
+
+
+FACTORY = '''\
+import unittest
+
+__all__ = []
+
+
+def _make(fill):
+    class _TestPad(unittest.TestCase):
+        def test_pad(self):
+            self.assertEqual(pad("ab", 4, fill), fill * 2 + "ab")
+
+        def test_keep(self):
+            self.assertEqual(pad("abcd", 2, fill), "abcd")
+
+    name = "TestPad" + {" ": "Space", ".": "Dot"}[fill]
+    globals()[name] = _TestPad
+    __all__.append(name)
+
+
+for _fill in (" ", "."):
+    _make(_fill)
+'''
+
+
+def test_a_test_a_factory_makes_gets_its_twin_in_the_factory() -> None:
+    """A factory function makes one test class per fill character: ``TestPadSpace::test_pad``
+    and ``TestPadDot::test_pad`` both run the nested ``def test_pad``, which hiding took out of
+    the start state. Its twin replaces that def and stands in for both ids, collected in the file
+    itself or in an aggregating module that imports the classes. With one of the ids
+    PASS_TO_PASS, or the def still in the start state (not the hidden one), there is none."""
+    file = "tests/test_pad.py"
+    start = FACTORY.replace('''        def test_pad(self):
+            self.assertEqual(pad("ab", 4, fill), fill * 2 + "ab")
+
+''', "")
+    for where, main in ((file, None), ("tests/__main__.py", "from .test_pad import *\n")):
+        ids = [f"{where}::TestPad{kind}::test_pad" for kind in ("Dot", "Space")]
+        read = {file: start, "tests/__main__.py": main}.get
+        twins = make_twins({file: FACTORY}, ids, seed="s", read=read)
+        assert twins and {(t.file, t.classes, t.name, t.tests) for t in twins} == {(file, ("_make", "_TestPad"), "test_pad", tuple(ids))}
+        placed = place_twin(FACTORY, twins[0])
+        assert placed != FACTORY and placed.count("def test_pad(") == 1 and "def test_keep" in placed
+        assert make_twins({file: FACTORY}, ids[:1], others=ids[1:], seed="s", read=read) == []
+        assert make_twins({file: FACTORY}, ids, seed="s", read={file: FACTORY, "tests/__main__.py": main}.get) == []
+    ids = [f"tests/__main__.py::TestPad{kind}::test_pad" for kind in ("Dot", "Space")]
+    assert make_twins({file: FACTORY}, ids, seed="s", read={file: start, "tests/__main__.py": ""}.get) == []

@@ -601,3 +601,100 @@ def test_a_doctest_of_a_test_file_is_hidden_by_deleting_its_docstring(tmp_path: 
         with pytest.raises(TaskforgeError) as info:
             hide_tests(tmp_path, [nodeid])
         assert info.value.reason == "unhideable_test"
+
+
+GENERATED = '''\
+import unittest
+
+__all__ = []
+
+
+def _make(kind):
+    class _TestFormat(unittest.TestCase):
+        def test_parse(self):
+            assert kind
+
+        def test_dump(self):
+            assert kind
+
+    name = "Test" + kind.capitalize()
+    _TestFormat.__name__ = name
+    globals()[name] = _TestFormat
+    __all__.append(name)
+
+
+for _kind in ("json", "xml"):
+    _make(_kind)
+
+
+def _cases(name):
+    cls = type(name, (unittest.TestCase,), {})
+    for case in ("one", "two"):
+        def method(self, case=case):
+            assert case
+
+        setattr(cls, "test_" + case, method)
+    globals()[name] = cls
+
+
+_cases("TestCases")
+'''
+
+
+def definitions(work: Path) -> dict[str, tuple[str, int, str]]:
+    """What the baseline records: taskforge's own pytest plugin, in its coverage run, says where
+    the interpreter defined each collected test's function."""
+    guest = Path(__file__).resolve().parents[2] / "taskforge" / "guest"
+    with tempfile.TemporaryDirectory() as out:
+        report = Path(out) / "coverage.json"
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "plugin", "--collect-only"],
+            cwd=work, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": os.pathsep.join([str(work), str(guest)]),
+                 "TASKFORGE_COVERAGE_OUT": str(report), "TASKFORGE_COVERAGE_SOURCE": str(work / "src")})
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        return {nodeid: (path, line, qualname)
+                for nodeid, (path, line, qualname) in json.loads(report.read_text())["definitions"].items()}
+
+
+def test_a_test_a_factory_generates_is_hidden_where_the_interpreter_defined_it(tmp_path: Path) -> None:
+    """lark's pattern: a factory function defines a test class and binds it under a new name
+    (``globals()[name] = ...``), once per parser. Reading the source finds no ``TestJson``; the
+    baseline's record of where Python defined each test's function does, and deleting that nested
+    ``def`` hides the test in every class the factory makes, as with a parametrized function."""
+    write(tmp_path, {"tests/test_gen.py": GENERATED, "src/pkg/__init__.py": ""})
+    before = collect(tmp_path)
+    assert "tests/test_gen.py::TestJson::test_parse" in before and "tests/test_gen.py::TestCases::test_one" in before
+    located = definitions(tmp_path)
+    assert located["tests/test_gen.py::TestXml::test_parse"] == ("tests/test_gen.py", 8, "_make.<locals>._TestFormat.test_parse")
+    with pytest.raises(TaskforgeError, match="no class TestJson"):
+        hide_tests(tmp_path, ["tests/test_gen.py::TestJson::test_parse"])  # reading alone
+    changes = hide_tests(tmp_path, ["tests/test_gen.py::TestJson::test_parse"], located=located)
+    assert changes == {"tests/test_gen.py": GENERATED.replace("        def test_parse(self):\n            assert kind\n\n", "")}
+    apply(tmp_path, changes)
+    assert sorted(set(before) - set(collect(tmp_path))) == ["tests/test_gen.py::TestJson::test_parse",
+                                                            "tests/test_gen.py::TestXml::test_parse"]
+
+
+def test_a_generated_file_stays_when_reading_finds_no_test_left(tmp_path: Path) -> None:
+    """A file whose only tests a factory makes looks testless to reading once one is hidden; it
+    stays, with the factory's other tests."""
+    text = GENERATED.split("\n\ndef _cases")[0] + "\n"
+    write(tmp_path, {"tests/test_gen.py": text})
+    located = definitions(tmp_path)
+    changes = hide_tests(tmp_path, ["tests/test_gen.py::TestXml::test_dump"], located=located)
+    assert changes["tests/test_gen.py"] is not None and "def test_parse" in changes["tests/test_gen.py"]
+    apply(tmp_path, changes)
+    assert sorted(collect(tmp_path)) == ["tests/test_gen.py::TestJson::test_parse", "tests/test_gen.py::TestXml::test_parse"]
+
+
+def test_a_data_driven_test_stays_unhideable(tmp_path: Path) -> None:
+    """One function attached under many test names (``setattr(cls, "test_" + case, method)``, in a
+    class made by ``type()``) is no test's own code: deleting it would take every case, and the
+    loader with it."""
+    write(tmp_path, {"tests/test_gen.py": GENERATED})
+    located = definitions(tmp_path)
+    assert located["tests/test_gen.py::TestCases::test_one"][2] == "_cases.<locals>.method"
+    with pytest.raises(TaskforgeError, match="not a test function of its own") as info:
+        hide_tests(tmp_path, ["tests/test_gen.py::TestCases::test_one"], located=located)
+    assert info.value.reason == "unhideable_test"
