@@ -23,8 +23,10 @@ from pathlib import Path
 
 from taskforge.difficulty import band_bounds, estimate, in_band
 from taskforge.mining.features import find_features
+from taskforge.mining.hiding import doctest_text_file
 from taskforge.mining.removal.cst import STRATEGIES, Strategy
 from taskforge.repo.symbols import Symbol, SymbolIndex
+from taskforge.task import is_doctest_id
 
 __all__ = ["Candidate", "CandidateConfig", "body_lines", "find_candidates", "tests_by_symbol"]
 
@@ -169,7 +171,11 @@ def find_candidates(
 ) -> list[Candidate]:
     """All candidates, best first, strategies interleaved."""
     spans = body_lines(repo, index)
-    exercised = tests_by_symbol(spans, index, coverage, passing)
+    # Doctests are never FAIL_TO_PASS (taskforge.mining.checks.start_state): a symbol only they
+    # run makes a task of no test (a held-out project whose C extension runs in its tests' place
+    # lost every one of 30 attempts so, `no_failing_tests`).
+    graded = [t for t in passing if not is_doctest_id(t) and doctest_text_file(t) is None]
+    exercised = tests_by_symbol(spans, index, coverage, graded)
     limit = max(config.min_tests, int(config.max_test_fraction * len(passing)))
     by_strategy: dict[str, list[Candidate]] = {s: [] for s in config.strategies}
 
