@@ -27,7 +27,8 @@ JSON to that path when pytest ends: where each test function is defined, as Pyth
 that a factory function generates, ``globals()[name] = type(...)``, is found there, where no
 reading of the source finds it). With
 ``$TASKFORGE_SELECT`` naming a JSON file of node ids, only those tests run (the rest are
-deselected): argument lists cannot carry tens of thousands of ids. These variables are removed
+deselected): argument lists cannot carry tens of thousands of ids; with ``$TASKFORGE_ORDER`` set to
+``reverse`` as well, their files run in reverse order. These variables are removed
 from the environment before any test code runs. Without it, every test runs but the items that
 plugins such as lint checks add to each Python file (``_file_check``): tasks test what code does.
 """
@@ -51,6 +52,7 @@ COVERAGE_SOURCE_ENV = "TASKFORGE_COVERAGE_SOURCE"
 SELECT_ENV = "TASKFORGE_SELECT"
 LAYOUT_OUT_ENV = "TASKFORGE_LAYOUT_OUT"
 OUTCOME_ENV = "TASKFORGE_OUTCOME_FD"
+ORDER_ENV = "TASKFORGE_ORDER"
 
 _outcome_fd_text = os.environ.pop(OUTCOME_ENV, "")
 _OUTCOME_FD = int(_outcome_fd_text) if _outcome_fd_text.isdigit() else None
@@ -63,6 +65,7 @@ _select_key = pytest.StashKey[frozenset[str]]()
 _layout_key = pytest.StashKey[str]()
 _doctest_only_key = pytest.StashKey[frozenset[str]]()
 _definitions_key = pytest.StashKey[dict[str, list[Any]]]()
+_reverse_key = pytest.StashKey[bool]()
 
 
 def _is_doctest_id(nodeid: str) -> bool:
@@ -111,6 +114,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
             path = nodeid.split("::", 1)[0]
             files[path] = files.get(path, False) or not _is_doctest_id(nodeid)
         early_config.stash[_doctest_only_key] = frozenset(path for path, tests in files.items() if not tests)
+    if os.environ.pop(ORDER_ENV, "") == "reverse":
+        early_config.stash[_reverse_key] = True
     layout_out = os.environ.pop(LAYOUT_OUT_ENV, None)
     if layout_out is not None:
         early_config.stash[_layout_key] = layout_out
@@ -216,6 +221,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     roots = _testpath_roots(config)
     if len(roots) > 1:
         items[:] = sorted(items, key=lambda item: _rank(str(item.path), roots))  # stable
+    if config.stash.get(_reverse_key, False):
+        # The files' order reversed, each file's own order kept: a test that passes only after
+        # another file's tests ran (one of them raised the decimal context's precision) fails.
+        files = list(dict.fromkeys(str(item.path) for item in items))
+        place = {path: index for index, path in enumerate(reversed(files))}
+        items[:] = sorted(items, key=lambda item: place[str(item.path)])
 
 
 def _is_marked_flaky(item: pytest.Item) -> bool:

@@ -5,6 +5,7 @@ on the seed or on timing."""
 from __future__ import annotations
 
 import ast
+import random
 import re
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
@@ -204,16 +205,9 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
     # what it tests (zipp's big-O checks, one of them not marked flaky) fails on some busy host
     # sooner or later, whatever the baseline saw.
     load_sensitive |= timing_tests(runner.snapshot.path, agreed)
-    # One more run that selects the passing tests by id, as scoring does: only their files are
-    # collected. A test that passes only beside what the collection of other files imports (a
-    # handler registered by a package module that ``--doctest-modules`` collects) fails or is
-    # skipped there, and would fail every task's gold run.
     passed = [t for t, outcome in agreed.items() if outcome == "passed"]
-    selected = runner.run(select=passed, env={"PYTHONHASHSEED": str(hash_seeds(1)[0])})
-    result.runs += 1
-    selection_sensitive = set()
-    if selected.status in ("ok", "tests_failed", "collection_errors"):
-        selection_sensitive = {t for t in passed if t not in selected.results or selected.results[t].outcome != "passed"}
+    selection_sensitive = selection_sensitive_tests(runner, passed)
+    result.runs += 2
     seen = set().union(*(run.results for run in fresh))
     # The parametrizations of one test function come from one parametrize call: if some of their
     # ids differ between seeds, the others only matched by chance (a set's order kept one element
@@ -246,6 +240,34 @@ def run_baseline(runner: SuiteRunner, index: SymbolIndex, runs: int, result: Rep
         fork_server=fork_server,
         import_time=measured_import_time(index, first.import_calls),
     )
+
+
+def selection_sensitive_tests(runner: SuiteRunner, passed: Sequence[str]) -> set[str]:
+    """The tests of ``passed`` that fail when selected by id, as scoring selects them, among half
+    of the files, in reverse order.
+
+    Scoring collects only the files of the tests it runs, and deals a task's files to two runs. A
+    test that passes only beside what the collection of other files imports (a handler registered
+    by a package module that ``--doctest-modules`` collects), or only after another file's tests
+    ran (a held-out project's test expects 43 digits of a ``Decimal`` that the default context
+    rounds to 28; its tests of another language raise the precision, for good, and run first in a
+    whole run), fails in some scoring and would fail the gold patch. So the passing tests run
+    again in two runs, their files dealt at random, each file's tests in their order but the files
+    in reverse: a dependence on a file of the other half always shows, and so does a dependence on
+    state an earlier file's tests leave; one on an import by a file of the same half shows half
+    the time."""
+    files = sorted({t.split("::", 1)[0] for t in passed})
+    random.Random(secrets.randbits(64)).shuffle(files)
+    halves = [set(files[0::2]), set(files[1::2])]
+    failed: set[str] = set()
+    for half in halves:
+        select = [t for t in passed if t.split("::", 1)[0] in half]
+        if not select:
+            continue
+        run = runner.run(select=select, env={"PYTHONHASHSEED": str(hash_seeds(1)[0]), "TASKFORGE_ORDER": "reverse"})
+        if run.status in ("ok", "tests_failed", "collection_errors"):
+            failed |= {t for t in select if t not in run.results or run.results[t].outcome != "passed"}
+    return failed
 
 
 def measured_import_time(index: SymbolIndex, calls: Sequence[tuple[str, int, str]]) -> frozenset[str] | None:

@@ -390,6 +390,11 @@ def test_what_runs_at_import_is_measured_and_a_doctest_file_is_hidden_whole(tmp_
     assert [r["target"] for r in refused if r["target"] != "lengths.units:Unit.__init__"] == [], refused
     tasks = read_tasks(out)
     assert {t.target for t in tasks} & dunders, sorted(t.target for t in tasks)
+    # docs/describe.rst reads UNITS from the doctest namespace that an autouse fixture of tests/
+    # fills: it passes only after a test of tests/ ran, and scoring may deal it to a run without
+    # one. Its files dealt apart, or run in reverse order, it fails: in neither list.
+    assert summary["selection_sensitive"] == 1, summary
+    assert not any("describe.rst" in t for task in tasks for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS))
     # A task whose docs' doctests fail: the file is gone from the start state and back in
     # test_patch, but not graded (the doctest machinery runs in the candidate's process, where an
     # independent red team rigged it 18 ways the guard did not see): in neither list.

@@ -26,10 +26,11 @@ def triple(value):
 '''
 
 
-def test_a_symbol_only_doctests_run_is_no_candidate(tmp_path: Path) -> None:
-    """Doctests are never FAIL_TO_PASS, so a function that only its doctest runs (a held-out
-    project's C extension ran in its Python functions' place in every other test) would make a
-    task of no test: only what test functions run makes a candidate."""
+def test_a_body_only_doctests_run_is_no_candidate(tmp_path: Path) -> None:
+    """Doctests are never FAIL_TO_PASS, and an emptied body fails only what runs it, so a body
+    that only its doctest runs (a held-out project's C extension ran in its Python functions'
+    place in every other test) would make a task of no test. A symbol removed whole is still a
+    candidate: a test module that imports it no longer imports."""
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "pkg" / "mod.py").write_text(MODULE)
@@ -43,3 +44,11 @@ def test_a_symbol_only_doctests_run_is_no_candidate(tmp_path: Path) -> None:
     config = CandidateConfig(strategies=("body",), max_test_fraction=1.0, min_body_lines=1)
     found = find_candidates(tmp_path, index, coverage, list(coverage), config=config, seed=0)
     assert [(c.target, c.tests) for c in found] == [("pkg.mod:triple", ("tests/test_mod.py::test_triple",))]
+    whole = CandidateConfig(strategies=("symbol",), max_test_fraction=1.0, min_body_lines=1)
+    assert {c.target for c in find_candidates(tmp_path, index, coverage, list(coverage), config=whole, seed=0)} == {
+        "pkg.mod:double", "pkg.mod:triple"}
+    # With a test function of its own, a symbol's doctests still run with its tests.
+    coverage["tests/test_mod.py::test_other"] = {"pkg/mod.py": [7]}
+    found = find_candidates(tmp_path, index, coverage, list(coverage), config=config, seed=0)
+    assert {c.target: c.tests for c in found}["pkg.mod:double"] == (
+        "docs/usage.rst::usage.rst", "pkg/mod.py::pkg.mod.double", "tests/test_mod.py::test_other")
