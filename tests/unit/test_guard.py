@@ -856,6 +856,10 @@ HONEST = {
         # run's -p no:cacheprovider kept out of the outer session.
         "def double(x):\n    import sys\n    before = set(sys.modules)\n    import _pytest.stepwise\n"
         "    for name in set(sys.modules) - before:\n        del sys.modules[name]\n    return 2 * x\n"),
+    "the feature's own code, in a thread it starts, that ends soon after the test": (
+        # diskcache's memoize_stampede recomputes a value in the background.
+        "import threading, time\n\n\ndef _recompute():\n    time.sleep(0.5)\n\n\n"
+        "def double(x):\n    threading.Thread(target=_recompute).start()\n    return 2 * x\n"),
 }
 
 
