@@ -783,7 +783,9 @@ _PLAIN_FINDERS = (importlib.machinery.FileFinder, zipimport.zipimporter)
 _TRUSTED_IMPLS: dict[int, Any] = {}
 _THREADS_AT_START = {id(thread): thread for thread in threading.enumerate()}
 _MONOTONIC = time.monotonic
-_THREAD_JOIN = threading.Thread.join
+_ENUMERATE = threading.enumerate
+_MAIN_THREAD = threading.main_thread()
+_LOCK_TYPE = type(threading.Lock())
 _SETTLE_S = 2.0
 """How long a check waits for the threads the project's code started to end before it judges them."""
 _SETTLE_BUDGET_S = 10.0
@@ -928,25 +930,35 @@ class _Guard:
         recomputes a value in a background thread, which some checks met still running, so the
         gold patches of 3 of its held-out tasks scored ``tampered``. A thread that ends here ran
         the candidate's code before this check looked at everything it could have changed; one
-        still running is judged as before. Waits use the clock and ``join`` held as the guard loaded."""
+        still running is judged as before.
+
+        Nothing here runs the candidate's code: threads are listed by ``threading.enumerate`` as
+        the guard loaded it (the module's attribute is the candidate's to rebind, and would run in
+        this check), and waited for on the thread's own interpreter lock, a real lock taken from
+        its ``__dict__``, not by ``Thread.join``, which calls methods an attribute of the thread
+        overrides. What a thread can still do: end while it is waited for, having undone what it
+        did; a patch that undoes itself before the check does as much without one, and the
+        outcome stream and the canaries stand behind both (README, threat model)."""
         if self._settle_left <= 0:
             return
         started = _MONOTONIC()
         deadline = started + min(_SETTLE_S, self._settle_left)
-        for thread in threading.enumerate():
-            if thread is threading.current_thread() or _THREADS_AT_START.get(id(thread)) is thread:
+        for thread in _ENUMERATE():
+            if thread is _MAIN_THREAD or _THREADS_AT_START.get(id(thread)) is thread:
                 continue
             left = deadline - _MONOTONIC()
             if left <= 0:
                 break
-            if _untrusted(getattr(thread, "_target", None) or thread.run) is not None:
-                _THREAD_JOIN(thread, left)
+            lock = vars(thread).get("_tstate_lock")
+            if type(lock) is _LOCK_TYPE and _untrusted(vars(thread).get("_target") or type(thread).run) is not None:
+                if lock.acquire(timeout=left):
+                    lock.release()
         self._settle_left -= _MONOTONIC() - started
 
     def _callbacks(self) -> None:
         """Code the interpreter calls when nobody scheduled it: threads, gc callbacks, signal
         handlers. Each runs trusted code, or it can edit a report between the checks."""
-        threads = [(t, getattr(t, "_target", None) or t.run) for t in threading.enumerate()]
+        threads = [(t, getattr(t, "_target", None) or t.run) for t in _ENUMERATE()]
         for thread, target in threads:
             if _THREADS_AT_START.get(id(thread)) is not thread and (why := _untrusted(target)) is not None:
                 self.note(f"a thread runs {why}")

@@ -31,6 +31,7 @@ import attack_d_launder_code_swap as d  # noqa: E402
 import attack_e_launder_class_swap as e  # noqa: E402
 import attack_f_start_state_code_swap as f  # noqa: E402
 import attack_g_pytester_lookalike as g  # noqa: E402
+import attack_h_thread_wait as h  # noqa: E402
 
 sys.path.remove(str(ATTACKS))
 
@@ -80,6 +81,10 @@ ATTACKED = {
         f.FEATURE, {"start": f.START}, "the code of triple swapped from"),
     "a lookalike of pytester's assertions in sys.modules and on its package": (
         g.G1, {"tests": g.TESTS_PYTESTER, "extra": {"conftest.py": g.CONFTEST}}, "added _pytest.pytester_assertions"),
+    "threading.enumerate rebound to undo a forging patch as the guard's wait lists threads": (
+        h.H_ENUMERATE, {}, "replaced _pytest.reports.TestReport.from_item_and_call"),
+    "a thread's own _wait_for_tstate_lock undoing a forging patch as the guard waits for it": (
+        h.H_JOIN, {}, "replaced _pytest.reports.TestReport.from_item_and_call"),
 }
 
 
