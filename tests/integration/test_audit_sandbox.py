@@ -113,16 +113,18 @@ def _nested_zip(levels: int, payload: bytes) -> bytes:
 def test_what_the_image_scan_leaves_unread_makes_every_task_unclean(  # type: ignore[no-untyped-def]
     stanzakit, backend,
 ) -> None:
-    """Fail closed on the image too: a file over the size limit and archives nested past the
+    """Fail closed on the image too: an archive over the size limit and archives nested past the
     depth limit may hold any task's code, so every task of the scan gets an ``unscanned``
     finding. What the sandbox's user may not read (/root) the agent may not read either: no
     finding (the clean image test above has /root too)."""
     _, env, fingerprint = stanzakit
     with backend.start(env.image, limits=SandboxLimits.load()) as box:
         box.put_files({"drop/deep.zip": _nested_zip(7, b"nothing to see")}, "/tmp")
-        made = box.exec(["python", "-c", "open('/tmp/drop/huge.bin', 'wb').truncate(65 << 20)"], timeout_s=60)
+        # An archive over the size limit only reads whole; a plain file over it is read in windows.
+        made = box.exec(["python", "-c", "f = open('/tmp/drop/huge.zip', 'wb'); f.write(b'PK\\x03\\x04'); "
+                         "f.truncate(65 << 20); open('/tmp/drop/huge.bin', 'wb').truncate(65 << 20)"], timeout_s=60)
         assert made.exit_code == 0, made.text()
         findings, _ = scan_image({"body": fingerprint, "again": fingerprint}, sandbox=box)
     for key in ("body", "again"):
         unscanned = {(f["path"].split("!")[0], f["kind"]) for f in findings[key]}
-        assert unscanned == {("/tmp/drop/deep.zip", "unscanned"), ("/tmp/drop/huge.bin", "unscanned")}, findings
+        assert unscanned == {("/tmp/drop/deep.zip", "unscanned"), ("/tmp/drop/huge.zip", "unscanned")}, findings

@@ -96,10 +96,23 @@ def test_what_the_scan_leaves_unread_makes_the_start_state_unclean(tmp_path: Pat
 
     (start / "tests" / "broken.zip").write_bytes(b"PK\x03\x04 not really a zip")  # damaged: read raw
     (start / "tests" / "deep.zip").write_bytes(_nested_zip(7, MODULE.encode()))
-    with open(start / "tests" / "huge.bin", "wb") as huge:  # sparse: past the 64 MiB limit, costs nothing
+    with open(start / "tests" / "huge.zip", "wb") as huge:  # sparse: past the 64 MiB limit, costs nothing
+        huge.write(b"PK\x03\x04")  # an archive only reads whole
+        huge.truncate(65 * 1024 * 1024)
+    with open(start / "tests" / "huge.bin", "wb") as huge:  # a plain file is read in windows
         huge.truncate(65 * 1024 * 1024)
     _, audit = audit_task_state(source_dir=snapshot.path, start_dir=start, start_changes=changes,
                                 strategy="module", test_ids=())
     unscanned = sorted((f["path"].split("!")[0].rsplit("/", 1)[-1], f["kind"]) for f in audit.findings)
-    assert unscanned == [("deep.zip", "unscanned"), ("huge.bin", "unscanned")], audit.findings
+    assert unscanned == [("deep.zip", "unscanned"), ("huge.zip", "unscanned")], audit.findings
     assert not audit.clean
+    # The removed module, past the first window of a plain file over the limit, is found there.
+    (start / "tests" / "deep.zip").unlink()
+    (start / "tests" / "huge.zip").unlink()
+    with open(start / "tests" / "huge.bin", "r+b") as huge:
+        huge.seek(64 * 1024 * 1024 + 12345)
+        huge.write(MODULE.encode())
+    _, audit = audit_task_state(source_dir=snapshot.path, start_dir=start, start_changes=changes,
+                                strategy="module", test_ids=())
+    found = {f["path"].rsplit("/", 1)[-1].split("!")[0] for f in audit.findings}
+    assert found == {f"huge.bin@{63 * 1024 * 1024}"}, audit.findings
