@@ -682,6 +682,14 @@ BORROWED = {
         import threading, time
         threading.Thread(target=lambda: time.sleep(5), daemon=True).start()
     ''', "a thread runs"),
+    "a thread with no Thread object, which threading.enumerate does not list": ('''\
+        import _thread, time
+        _thread.start_new_thread(lambda: time.sleep(5), ())
+    ''', "a thread runs"),
+    "a thread with no Thread object that asked for current_thread (a dummy Thread)": ('''\
+        import _thread, threading, time
+        _thread.start_new_thread(lambda: (threading.current_thread(), time.sleep(5)), ())
+    ''', "a thread runs"),
 }
 
 
