@@ -58,7 +58,6 @@ stays visible, which the caller sees. A subclass that overrides a hidden test an
 
 from __future__ import annotations
 
-import ast
 import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -72,6 +71,7 @@ import libcst as cst
 from taskforge.errors import TaskforgeError
 from taskforge.mining.removal.cst import StatementRemover
 from taskforge.repo.symbols import dotted_name, parse_source, read_source, render_module
+from taskforge.repo.testdefs import find_function, function_span
 from taskforge.repo.testdefs import parse_source as parse_python
 from taskforge.repo.testfiles import DEFAULT_LAYOUT, TestLayout
 from taskforge.task import is_doctest_id
@@ -456,8 +456,8 @@ class ClassIndex:
             raise _unhideable(f"{why}; the interpreter ran {qualname} of {path}, which is not a test function of its own")
         if not (self.repo / path).is_file() or not self.layout.is_test_file(path):
             raise _unhideable(f"{why}; the interpreter ran {qualname} of {path}, which is not test code")
-        lines = _function_lines(self.module(path).text).get(parts, [])
-        if len(lines) != 1 or line not in lines[0]:
+        function = find_function(parse_python(self.module(path).text), parts[:-1], parts[-1])
+        if function is None or line not in (function.lineno, function_span(function)[0]):
             raise _unhideable(f"{why}; {qualname} is not defined once at line {line} of {path}")
         return path, parts
 
@@ -622,25 +622,6 @@ def _definitions(tree: cst.Module) -> dict[tuple[str, ...], str | None]:
                     walk(statement.body, qualname)
 
     walk(cst.IndentedBlock(body=tree.body), ())
-    return out
-
-
-def _function_lines(text: str) -> dict[tuple[str, ...], list[tuple[int, ...]]]:
-    """Each function's qualname (without ``<locals>``) → per definition, the lines the interpreter
-    may give as its first (``co_firstlineno``: the ``def``, or its first decorator)."""
-    out: dict[tuple[str, ...], list[tuple[int, ...]]] = {}
-
-    def walk(node: ast.AST, scope: tuple[str, ...]) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                qualname = (*scope, child.name)
-                if not isinstance(child, ast.ClassDef):
-                    out.setdefault(qualname, []).append((child.lineno, *(d.lineno for d in child.decorator_list[:1])))
-                walk(child, qualname)
-            else:
-                walk(child, scope)
-
-    walk(parse_python(text), ())
     return out
 
 
