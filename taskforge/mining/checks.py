@@ -30,6 +30,7 @@ from taskforge.mining.config import (
     MineConfig,
     traceback_args,
 )
+from taskforge.mining.detach import broken_import, detached_changes, gathers, owned_by
 from taskforge.mining.hiding import ClassIndex, doctest_text_file, hide_tests
 from taskforge.mining.outcome import Rejected, RepoResult
 from taskforge.mining.removal.cst import Removal, RemovalAgent
@@ -76,6 +77,32 @@ def dead_files(run: RunResult, ctx: Context) -> set[str]:
     imports (a script beside the tests), whose tests hidden one by one leave its import broken."""
     files = {e.location.split("::", 1)[0] for e in run.collection_errors}
     return {f for f in files if ctx.layout.is_test_file(f) and PurePosixPath(f).name not in ("conftest.py", "__init__.py")}
+
+
+DETACH_PASSES = 8
+"""Failing-test runs a candidate may spend finding the test modules that its removal broke and
+that a gathering module imports (:mod:`taskforge.mining.detach`): the gathering module stops at
+the first such import, so each run finds one."""
+
+
+def newly_detached(runs: Iterable[RunResult], ctx: Context, detached: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """Gathering modules that ``runs`` could not collect because a test module they import no
+    longer imports: ``{gathering module: {that module}}``, leaving out what ``detached`` has."""
+    found: dict[str, set[str]] = {}
+    for run in runs:
+        for error in run.collection_errors:
+            path = error.location.split("::", 1)[0]
+            culprit = broken_import(error, ctx.layout)
+            if culprit is None or culprit in detached.get(path, set()) | found.get(path, set()):
+                continue
+            if gathers(ctx.tests, path, ctx.baseline.tests, ctx.baseline.definitions):
+                found.setdefault(path, set()).add(culprit)
+    return found
+
+
+def _merge(detached: dict[str, set[str]], found: Mapping[str, set[str]]) -> None:
+    for path, modules in found.items():
+        detached.setdefault(path, set()).update(modules)
 
 
 def first_failure(run: RunResult, tests: Sequence[str]) -> str:
@@ -172,7 +199,7 @@ def hide_failing(fail_to_pass: Sequence[str], ctx: Context, broken: Sequence[str
 
 def start_state(
     failing_sets: Sequence[set[str]], broken_modules: set[str], changes: dict[str, str | None], ctx: Context,
-    dead: Iterable[str] = (),
+    dead: Iterable[str] = (), detached: Mapping[str, set[str]] | None = None,
 ) -> Decided | Rejected:
     """FAIL_TO_PASS (failing in every repeat) and the start state's changes, or a rejection.
 
@@ -185,7 +212,11 @@ def start_state(
     file of doctests, ``--doctest-glob``, with a wrong feature in 18 ways, the guard seeing none).
     A failing text file of doctests is hidden all the same (test_patch brings it back); a test
     file's doctest in a module hidden test by test goes with it (its docstring is deleted).
+    A test module ``detached`` from the gathering module that imports it (:mod:`taskforge.mining.detach`)
+    goes whole, the gathering module's imports of it with it; the tests the gathering module bound
+    from it are FAIL_TO_PASS.
     """
+    detached = detached or {}
     if any(s != failing_sets[0] for s in failing_sets[1:]):
         differ = sorted(failing_sets[0].symmetric_difference(*failing_sets[1:]))
         return Rejected(RejectReason.FLAKY_FAIL_TO_PASS, f"{len(differ)} test(s) failed in some repeats only (first: {differ[0]})")
@@ -198,11 +229,14 @@ def start_state(
     # A text file of doctests that fails goes from the start state (it shows what the feature
     # does), and test_patch brings it back, but it is not graded.
     text_files = {t for t in doctests if doctest_text_file(t) is not None}
-    hidden_changes = hide_failing(sorted(set(fail_to_pass) | text_files | broken_modules), ctx, broken_files, sorted(dead))
+    hide = set(fail_to_pass) | text_files | broken_modules
+    hide -= owned_by(ctx.tests, hide, detached, ctx.baseline.definitions)  # their module goes whole
+    gone = sorted(set(dead).union(*detached.values()))
+    hidden_changes = hide_failing(sorted(hide), ctx, broken_files, gone)
     if isinstance(hidden_changes, Rejected):
         return hidden_changes
     return Decided(fail_to_pass=fail_to_pass, failing_doctests=doctests,
-                    start_changes={**changes, **hidden_changes, **ctx.scrubbed})
+                    start_changes={**changes, **hidden_changes, **detached_changes(ctx.tests, detached), **ctx.scrubbed})
 
 
 def check_start(start: RunResult, decided: Decided, ctx: Context) -> tuple[list[str], list[str]] | Rejected:
@@ -244,30 +278,37 @@ def check_fast(
     importable = [m for m in ctx.baseline.importable if m not in removed_modules(removal, ctx.index)]
     tests = list(candidate.tests)
     dead: set[str] = set()
+    detached: dict[str, set[str]] = {}
     broken_before: set[str] = set()
     for round_ in range(ROUNDS):
         failing_sets: list[set[str]] = []
         broken_modules: set[str] = set()
-        runs = runner.run_repeated(
-            repeats=ctx.config.repeats,
-            changes=changes,
-            select=tests,
-            imports=importable if round_ == 0 else (),
-            extra_args=(*CONTINUE_ON_COLLECTION_ERRORS, *traceback_args(ctx.config)),
-        )
+        for _ in range(DETACH_PASSES):
+            runs = runner.run_repeated(
+                repeats=ctx.config.repeats,
+                changes={**changes, **detached_changes(ctx.tests, detached)},
+                select=tests,
+                imports=importable if round_ == 0 else (),
+                extra_args=(*CONTINUE_ON_COLLECTION_ERRORS, *traceback_args(ctx.config)),
+            )
+            result.runs += len(runs)
+            timings["affected_s"] += [round(run.duration_s, 3) for run in runs]
+            found = newly_detached(runs, ctx, detached)
+            if not found:
+                break
+            _merge(detached, found)
+        owned = owned_by(ctx.tests, ctx.baseline.passing, detached, ctx.baseline.definitions)
         for run in runs:
-            result.runs += 1
-            timings["affected_s"].append(round(run.duration_s, 3))
             if run.import_errors:
                 return import_rejection(run)
             if run.status in ("timeout", "oom", "crashed"):
                 return Rejected(RejectReason(f"affected_{run.status}"), run_detail(run))
             # A test module that no longer imports fails every test in it, selected or not.
             failing_sets.append(failing(run, tests) | uncollectable(run, ctx.baseline.passing) |
-                                (broken_before & set(ctx.baseline.passing)))
+                                (broken_before & set(ctx.baseline.passing)) | owned)
             broken_modules = uncollectable(run, ctx.baseline.tests) | broken_before
         broken_before = broken_modules
-        decided = start_state(failing_sets, broken_modules, changes, ctx, dead)
+        decided = start_state(failing_sets, broken_modules, changes, ctx, dead, detached)
         if isinstance(decided, Rejected):
             return decided
         start = runner.run(changes=decided.start_changes, extra_args=traceback_args(ctx.config))
@@ -323,15 +364,24 @@ def check_naive(
             return import_rejection(imported)
     failing_sets: list[set[str]] = []
     broken_modules: set[str] = set()
-    for _ in range(ctx.config.repeats):  # check 2: FAIL_TO_PASS fail at start + test_patch
-        run = fresh(changes)
-        if run.status in ("timeout", "oom", "crashed"):
-            return Rejected(RejectReason(f"affected_{run.status}"), run_detail(run))
+    detached: dict[str, set[str]] = {}  # test modules a gathering module no longer imports, as in check_fast
+    for _ in range(DETACH_PASSES):
+        runs = []
+        for _ in range(ctx.config.repeats):  # check 2: FAIL_TO_PASS fail at start + test_patch
+            run = fresh({**changes, **detached_changes(ctx.tests, detached)})
+            if run.status in ("timeout", "oom", "crashed"):
+                return Rejected(RejectReason(f"affected_{run.status}"), run_detail(run))
+            runs.append(run)
+        found = newly_detached(runs, ctx, detached)
+        if not found:
+            break
+        _merge(detached, found)
+    for run in runs:
         failing_sets.append(failing(run, ctx.baseline.passing))
         broken_modules = uncollectable(run, ctx.baseline.tests)
     dead: set[str] = set()
     for _ in range(ROUNDS):  # a test file the start state leaves broken goes whole, as in check_fast
-        decided = start_state(failing_sets, broken_modules, changes, ctx, dead)
+        decided = start_state(failing_sets, broken_modules, changes, ctx, dead, detached)
         if isinstance(decided, Rejected):
             return decided
         # check 3: PASS_TO_PASS pass at the start state; check 4: gold passes everything

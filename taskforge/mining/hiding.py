@@ -470,6 +470,45 @@ class ClassIndex:
             found = self._member(found, attribute, frozenset())
         return found if isinstance(found, _ClassRef) else None
 
+    def binder(self, nodeid: str, location: tuple[str, int, str] | None = None) -> str | None:
+        """The file the module pytest collects ``nodeid`` from binds its class or function from:
+        itself when it defines it, the module it imports the name from (``from .test_words
+        import TestWords``: ``tests/test_words.py``, whatever that file imports in turn), else
+        the one a ``*`` import resolves it to, else where the interpreter defined the test
+        (``location``: a class a factory made). None when none of these says."""
+        path, parts = _parse_nodeid(nodeid)
+        module = self.module(path)
+        head = parts[0]
+        if head in module.top:
+            return path
+        for _, bound, binding in reversed(module.bindings.get((), [])):
+            if bound != head:
+                continue
+            if not isinstance(binding, _Import):
+                return path  # a class, function or assignment of its own
+            return self.imported_file(path, binding.level, binding.module, binding.name) if binding.name else None
+        found = self._lookup(path, (), head, None, frozenset())
+        if isinstance(found, _ClassRef):
+            return found.path
+        return location[0] if location else None
+
+    def imported_file(self, path: str, level: int, module: str | None, name: str | None = None) -> str | None:
+        """The repository file an import statement of ``path`` loads: ``import module``, or
+        ``from module import name`` (the submodule ``name`` when the package has one and does not
+        bind it: ``from . import test_words``), with ``level`` leading dots; None when it is not in
+        the repository."""
+        ref = self._module_ref(path, level, module)
+        if ref is None:
+            return None
+        found = PurePosixPath(ref.path)
+        folder = found.parent if found.name == "__init__.py" else found if found.suffix != ".py" else None
+        if folder is not None and name not in (None, "*"):
+            binds = found.suffix == ".py" and any(bound == name for _, bound, _ in self.module(ref.path).bindings.get((), []))
+            submodule = None if binds else self._module_at([folder], [name])
+            if submodule is not None:
+                return submodule.path
+        return ref.path
+
     def doctest_owner(self, nodeid: str, path: str) -> tuple[str, ...]:
         """The qualname in ``path`` whose docstring holds the doctest ``nodeid`` names (``()``: the
         module's). Only a test file's doctests can be hidden: a source module's are the candidate's

@@ -82,6 +82,10 @@ _SEVERITY: dict[str, int] = {"error": 2, "failed": 1}  # every other outcome is 
 _EXCEPTION_LINE = re.compile(r"(?:[a-z_]\w*\.)*[A-Z]\w*(?::\s.*|:?$)")
 _SYNTAX_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 _SOURCE_LOCATION = re.compile(r'File "(?P<path>[^"]*)", line (?P<line>\d+)')
+# A frame of a traceback: pytest's short style (``tests/x.py:3: in <module>``) and long one
+# (``tests/x.py:3: `` or ``tests/x.py:3: AttributeError``, source lines indented), or Python's
+# native one (``  File "/repo/tests/x.py", line 3, in <module>``).
+_FRAME = re.compile(r'(?!E\s)(?P<short>[^\s>][^\n]*?\.py):\d+:(?: .*)?|\s+File "(?P<native>[^"]+\.py)", line \d+.*')
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -108,6 +112,10 @@ class CollectionError:
     """Its node id: ``tests/test_x.py``, ``tests/test_x.py::TestC`` or a directory such as ``tests/sub``."""
     message: str
     """The most telling line of the error, e.g. ``ModuleNotFoundError: No module named 'foo'``."""
+    chain: tuple[str, ...] = ()
+    """The repository files its traceback passes through, outermost first, relative to pytest's
+    rootdir: ``("tests/__main__.py", "tests/test_words.py")`` when the collected module imports a
+    test module whose own import failed (files outside the rootdir are left out)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -168,7 +176,8 @@ def parse_junit(xml: bytes | str, *, known_paths: Iterable[str] = ()) -> JUnitRe
             error, failure, skipped = case.find("error"), case.find("failure"), case.find("skipped")
             if error is not None and error.get("message") == "collection failure":
                 location = _rebuild_nodeid(classname, name, file=case.get("file"), files=files, directories=directories)
-                collection_errors.append(CollectionError(location=location, message=_telling_line(error.text or "")))
+                collection_errors.append(CollectionError(location=location, message=_telling_line(error.text or ""),
+                                                         chain=_traceback_files(error.text or "", files.values())))
                 continue
             if skipped is not None and skipped.get("message") == "collection skipped":
                 continue
@@ -272,6 +281,25 @@ def _telling_line(text: str) -> str:
         return line[:_MESSAGE_LIMIT]
     fallback = marked or [line.strip() for line in text.splitlines() if line.strip()]
     return fallback[-1][:_MESSAGE_LIMIT] if fallback else ""
+
+
+def _traceback_files(text: str, known: Iterable[str]) -> tuple[str, ...]:
+    """The repository files a traceback's frames are in, outermost first, each once in a row.
+    pytest prints a file under its rootdir relative to it; an absolute path (the native style)
+    is taken for the longest of the ``known`` files it ends with, and left out without one."""
+    known = sorted(known, key=len, reverse=True)
+    chain: list[str] = []
+    for line in text.splitlines():
+        match = _FRAME.fullmatch(line)
+        if match is None:
+            continue
+        path = match["short"] or match["native"]
+        if path.startswith("/"):
+            path = next((k for k in known if path.endswith(f"/{k}")), "")
+        path = path.removeprefix("./")
+        if path and not path.startswith("../") and (not chain or chain[-1] != path):
+            chain.append(path)
+    return tuple(chain)
 
 
 def _dotted(path: str) -> str:

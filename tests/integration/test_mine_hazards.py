@@ -326,19 +326,31 @@ def test_test_classes_imported_into_the_collected_module(tmp_path_factory, sessi
     beside it and, by ``*``, from one below it (tests/unit/). Their tests are hidden where the
     classes are defined (every one was ``unhideable_test`` before), their twins placed there, the
     guard holds the collected tests to those files, and every task holds under validate and
-    scoring, gold 1.0 and the empty patch 0.0. (A symbol removal that breaks a class module's
-    import breaks the collected module's too, and leaves no test to run: it is refused.) The
-    classes of tests/test_padding.py are made by a factory function, one per fill character: their
-    tests are hidden in the factory (every one was ``unhideable_test`` before), so in both classes."""
+    scoring, gold 1.0 and the empty patch 0.0. A symbol or module removal that breaks a class
+    module's import breaks the collected module's too: that class module goes whole and the
+    collected module loses its import of it (every such candidate was ``start_state_no_tests``
+    before); the tests it gave are FAIL_TO_PASS and the others run. The classes of
+    tests/test_padding.py are made by a factory function, one per fill character: their tests
+    are hidden in the factory (every one was ``unhideable_test`` before), so in both classes."""
     out, summary = _mine("aggregated", tmp_path_factory, session_cache, max_tasks=30)
-    assert summary["tasks"] >= 6 and "unhideable_test" not in summary["rejections"], summary
+    assert summary["tasks"] >= 12 and not summary["rejections"], summary
     tasks = read_tasks(out)
     defined = {"tests/test_words.py", "tests/unit/test_numbers.py", "tests/test_padding.py"}
     for task in tasks:
         assert all(t.startswith("tests/__main__.py::") for t in task.FAIL_TO_PASS), task.FAIL_TO_PASS
-        assert {path for path in task.test_patch.split() if path.startswith("b/")} <= {f"b/{p}" for p in defined}
+        restored = {path for path in task.test_patch.split() if path.startswith("b/")}
+        if task.strategy == "body":
+            assert restored <= {f"b/{p}" for p in defined}
+        else:  # the class module goes whole, and the collected module's import of it
+            (module,) = restored - {"b/tests/__main__.py"}
+            assert restored == {"b/tests/__main__.py", module} and module.removeprefix("b/") in defined, task.test_patch
+            path = module.removeprefix("b/")
+            assert f"diff --git a/{path} b/{path}\nnew file mode" in task.test_patch  # gone from the start state
+            classes = {t.split("::")[1] for t in task.FAIL_TO_PASS}
+            assert classes and not {t for t in task.PASS_TO_PASS if t.split("::")[1] in classes}, task.instance_id
         canaries = task_canaries(task)
         assert canaries and {twin.file for twin in canaries} <= defined, task.instance_id
+    assert {task.strategy for task in tasks} == {"body", "symbol", "module"}
     padding = [task for task in tasks if "padding" in task.instance_id]
     assert padding, [task.instance_id for task in tasks]
     for task in padding:  # hidden in the factory, so in both of the classes it makes

@@ -304,7 +304,8 @@ def _assert_outcomes(report: JUnitReport, expected: dict[str, tuple[str, str]]) 
 def _assert_collection_error(report: JUnitReport) -> None:
     assert report.collection_errors == (
         CollectionError(
-            location="tests/test_broken.py", message="SyntaxError: invalid syntax (broken_helper.py, line 1)"
+            location="tests/test_broken.py", message="SyntaxError: invalid syntax (broken_helper.py, line 1)",
+            chain=("tests/test_broken.py",),
         ),
     )
 
@@ -451,6 +452,36 @@ def test_collection_errors_of_classes_packages_and_directories(tmp_path: Path) -
         assert list(errors) == list(expected_errors), family
         for location, message in expected_errors.items():
             assert errors[location].startswith(message), (family, errors[location])
+
+
+@pytest.mark.parametrize("style", ["auto", "native", "long"])
+def test_a_collection_error_names_the_repository_files_its_traceback_passes(tmp_path: Path, style: str) -> None:
+    """A module that pytest collects imports test classes from modules that import the package
+    (the layout of a suite gathered into ``tests/__main__.py``): when one of them no longer
+    imports, the error is the collected module's, and its chain names the file that broke, in every
+    traceback style (an ImportError is always printed short; other errors in the style asked)."""
+    files = {
+        "pytest.ini": "[pytest]\npython_files = __main__.py\n",
+        "pkg/__init__.py": "",
+        "pkg/words.py": "def shout(text):\n    return text.upper()\n",
+        "tests/__init__.py": "",
+        "tests/__main__.py": "from .test_words import TestWords\nfrom .test_more import TestMore\n",
+        "tests/test_words.py": "from pkg.words import whisper\n\n\nclass TestWords:\n    def test_a(self):\n        pass\n",
+        "tests/test_more.py": "import pkg.words\n\nLOUD = pkg.words.yell\n\n\nclass TestMore:\n    def test_b(self):\n        pass\n",
+    }
+    project = tmp_path / "project"
+    for relative, text in files.items():
+        (project / relative).parent.mkdir(parents=True, exist_ok=True)
+        (project / relative).write_text(text, encoding="utf-8")
+    plugin_dir = _write_plugin(tmp_path / "plugin")
+    xml = _junit_run(project, tmp_path / "report.xml", "xunit1", f"--tb={style}", plugin_dir=plugin_dir)
+    (error,) = parse_junit(xml, known_paths=_known_paths(project)).collection_errors
+    assert error.location == "tests/__main__.py"
+    assert error.chain == ("tests/__main__.py", "tests/test_words.py"), error
+    (project / "tests/test_words.py").write_text("class TestWords:\n    def test_a(self):\n        pass\n")
+    xml = _junit_run(project, tmp_path / "report.xml", "xunit1", f"--tb={style}", plugin_dir=plugin_dir)
+    (error,) = parse_junit(xml, known_paths=_known_paths(project)).collection_errors
+    assert error.message.startswith("AttributeError") and error.chain == ("tests/__main__.py", "tests/test_more.py"), error
 
 
 def test_pytest_internal_error_raises(tmp_path: Path) -> None:
