@@ -589,6 +589,29 @@ def _compiled(file: str, rewritten: bool) -> dict[tuple[str, int], Any] | str:
 _CODE_WHY: dict[int, tuple[types.CodeType, str | None]] = {}
 
 
+def _started_threads() -> set[int]:
+    """The idents of the threads that ran before the candidate's code could, and still run (an
+    ident is reused once its thread ends): the main thread, the threads the run began with that
+    still hold their interpreter lock, and those of them without a Thread object. Read from the
+    threads' ``__dict__``, not through properties the candidate's code could replace."""
+    listed = {vars(t).get("_ident"): t for t in _THREADS_AT_START.values()}
+    out = {ident for ident in _RAW_THREADS_AT_START if ident not in listed}
+    for ident, thread in listed.items():
+        lock = vars(thread).get("_tstate_lock")
+        if thread is _MAIN_THREAD or (type(lock) is _LOCK_TYPE and lock.locked()):
+            out.add(ident)
+    return out
+
+
+def _stack_why(frame: types.FrameType | None) -> str | None:
+    """Why a frame of this stack (a thread's, from its top down) runs code that is not trusted, or None."""
+    while frame is not None:
+        if (why := _code_why(frame.f_code, "@py_builtins" in frame.f_globals)) is not None:
+            return why
+        frame = frame.f_back
+    return None
+
+
 def _code_why(code: types.CodeType, rewritten: bool) -> str | None:
     """Why ``code`` is not code of the image or of a file laid before the run, or None."""
     hit = _CODE_WHY.get(id(code))
@@ -783,6 +806,7 @@ _PLAIN_FINDERS = (importlib.machinery.FileFinder, zipimport.zipimporter)
 _TRUSTED_IMPLS: dict[int, Any] = {}
 _THREADS_AT_START = {id(thread): thread for thread in threading.enumerate()}
 _MONOTONIC = time.monotonic
+_SLEEP = time.sleep
 _ENUMERATE = threading.enumerate
 _MAIN_THREAD = threading.main_thread()
 _LOCK_TYPE = type(threading.Lock())
@@ -933,7 +957,9 @@ class _Guard:
         recomputes a value in a background thread, which some checks met still running, so the
         gold patches of 3 of its held-out tasks scored ``tampered``. A thread that ends here ran
         the candidate's code before this check looked at everything it could have changed; one
-        still running is judged as before.
+        still running is judged as before. A thread that outlives its work (a pool's worker,
+        whose target is the standard library's) is waited for until no frame of its stack runs
+        the project's or the candidate's code.
 
         Nothing here runs the candidate's code: threads are listed by ``threading.enumerate`` as
         the guard loaded it (the module's attribute is the candidate's to rebind, and would run in
@@ -956,25 +982,32 @@ class _Guard:
             if type(lock) is _LOCK_TYPE and _untrusted(vars(thread).get("_target") or type(thread).run) is not None:
                 if lock.acquire(timeout=left):
                     lock.release()
+        # A thread that outlives its work (a pool's worker) is waited for until its stack holds
+        # no code but trusted code.
+        while (left := deadline - _MONOTONIC()) > 0:
+            running = _started_threads()
+            if not any(_stack_why(frame) is not None for ident, frame in _CURRENT_FRAMES().items() if ident not in running):
+                break
+            _SLEEP(min(0.005, left))
         self._settle_left -= _MONOTONIC() - started
 
     def _callbacks(self) -> None:
         """Code the interpreter calls when nobody scheduled it: threads, gc callbacks, signal
         handlers. Each runs trusted code, or it can edit a report between the checks."""
         threads = [(t, getattr(t, "_target", None) or t.run) for t in _ENUMERATE()]
+        noted = set()
         for thread, target in threads:
             if _THREADS_AT_START.get(id(thread)) is not thread and (why := _untrusted(target)) is not None:
                 self.note(f"a thread runs {why}")
-        # A thread started with ``_thread.start_new_thread`` has no Thread object (or a dummy one,
-        # once it asks for ``current_thread()``): judged by the code at the bottom of its stack,
-        # which is what it runs (a sixth red team's thread that ``enumerate`` never listed).
-        listed = {t.ident for t, _ in threads if not isinstance(t, _DUMMY_THREAD)}
+                noted.add(thread.ident)
+        # And by what each thread is running now, frame by frame down its stack: a thread started
+        # with ``_thread.start_new_thread`` has no Thread object (or a dummy one, once it asks for
+        # ``current_thread()``), which ``enumerate`` never lists (a sixth red team's); one that
+        # rebinds its own ``_target`` (or ``run``) once started looks like trusted code above.
         for ident, frame in _CURRENT_FRAMES().items():
-            if ident in listed or ident in _RAW_THREADS_AT_START:
+            if ident in noted or ident in _started_threads():
                 continue
-            while frame.f_back is not None:
-                frame = frame.f_back
-            if (why := _code_why(frame.f_code, "@py_builtins" in frame.f_globals)) is not None:
+            if (why := _stack_why(frame)) is not None:
                 self.note(f"a thread runs {why}")
         for callback in list(gc.callbacks):
             if (why := _untrusted(callback)) is not None:

@@ -868,6 +868,11 @@ HONEST = {
         # diskcache's memoize_stampede recomputes a value in the background.
         "import threading, time\n\n\ndef _recompute():\n    time.sleep(0.5)\n\n\n"
         "def double(x):\n    threading.Thread(target=_recompute).start()\n    return 2 * x\n"),
+    "the feature's own code, in a pool's worker thread, that ends soon after the test": (
+        # The worker's target is the standard library's; its stack holds the feature's code.
+        "import time\nfrom concurrent.futures import ThreadPoolExecutor\n\n_POOL = ThreadPoolExecutor(1)\n\n\n"
+        "def _recompute():\n    time.sleep(0.2)\n\n\n"
+        "def double(x):\n    _POOL.submit(_recompute)\n    return 2 * x\n"),
 }
 
 

@@ -85,6 +85,8 @@ ATTACKED = {
         h.H_ENUMERATE, {}, "replaced _pytest.reports.TestReport.from_item_and_call"),
     "a thread's own _wait_for_tstate_lock undoing a forging patch as the guard waits for it": (
         h.H_JOIN, {}, "replaced _pytest.reports.TestReport.from_item_and_call"),
+    "a thread that rebinds its own _target and run to the standard library's once started": (
+        h.H_TARGET, {}, "a thread runs"),
 }
 
 
