@@ -30,7 +30,7 @@ from taskforge.mining.config import (
     MineConfig,
     traceback_args,
 )
-from taskforge.mining.detach import broken_import, detached_changes, gathers, owned_by
+from taskforge.mining.detach import detach_point, detached_changes, owned_by
 from taskforge.mining.hiding import ClassIndex, doctest_text_file, hide_tests
 from taskforge.mining.outcome import Rejected, RepoResult
 from taskforge.mining.removal.cst import Removal, RemovalAgent
@@ -86,17 +86,16 @@ the first such import, so each run finds one."""
 
 
 def newly_detached(runs: Iterable[RunResult], ctx: Context, detached: Mapping[str, set[str]]) -> dict[str, set[str]]:
-    """Gathering modules that ``runs`` could not collect because a test module they import no
-    longer imports: ``{gathering module: {that module}}``, leaving out what ``detached`` has."""
+    """The test modules that ``runs`` could not collect because a test module they import no
+    longer imports, where they can do without it (:func:`taskforge.mining.detach.detach_point`):
+    ``{importer: {that module}}``, leaving out what ``detached`` has."""
     found: dict[str, set[str]] = {}
     for run in runs:
         for error in run.collection_errors:
-            path = error.location.split("::", 1)[0]
-            culprit = broken_import(error, ctx.layout)
-            if culprit is None or culprit in detached.get(path, set()) | found.get(path, set()):
-                continue
-            if gathers(ctx.tests, path, ctx.baseline.tests, ctx.baseline.definitions):
-                found.setdefault(path, set()).add(culprit)
+            point = detach_point(error, ctx.layout, ctx.tests, {p: detached.get(p, set()) | found.get(p, set())
+                                                                for p in detached.keys() | found.keys()})
+            if point is not None:
+                found.setdefault(point[0], set()).add(point[1])
     return found
 
 

@@ -10,14 +10,16 @@ gathering module loses the import statements that load it: its other tests still
 ``test_patch`` brings both back. Which module broke is the one the gathering module imports in the
 collection error's traceback (:attr:`taskforge.repo.junit.CollectionError.chain`).
 
-Only a module that defines no test of its own gathers: one whose every collected test is bound
-from another file (:meth:`ClassIndex.binder`). A test module that imports a helper from another
-test module keeps today's rule (both go whole), since dropping the import would break its own
-tests.
+The import is dropped only where the importing module does not use what it imported (its code
+names none of the names the statement bound), so its own tests and classes stay as they were; a
+test module that calls a helper of the module that broke keeps today's rule (both go whole). The
+module may also be one between (``from .suites import *``, ``tests/suites.py`` importing the test
+modules): the point is the deepest importer in the traceback that can do without the import.
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import PurePosixPath
 
@@ -29,44 +31,41 @@ from taskforge.repo.junit import CollectionError
 from taskforge.repo.symbols import dotted_name, render_module
 from taskforge.repo.testfiles import TestLayout
 
-__all__ = ["broken_import", "detach_imports", "detached_changes", "gathers", "owned_by"]
+__all__ = ["detach_imports", "detach_point", "detached_changes", "owned_by"]
 
 _KEPT = ("conftest.py", "__init__.py")
 
 
-def broken_import(error: CollectionError, layout: TestLayout) -> str | None:
-    """The test module whose import broke the collected module ``error`` is about: the file its
-    traceback enters right after the collected module's own frame, when that is another test
-    module of the repository (not a ``conftest.py`` or ``__init__.py``, which cannot go whole)."""
+def detach_point(error: CollectionError, layout: TestLayout, index: ClassIndex,
+                 detached: Mapping[str, Collection[str]]) -> tuple[str, str] | None:
+    """``(importer, broken)``: the test module ``broken`` whose import failed, and the test module
+    that imports it and can do without it, for the collected module ``error`` is about; None when
+    there is none. Its traceback's chain is walked from the deepest frame up: a broken module
+    imported by a module that uses what it imports (a helper called in its tests) moves the point
+    up a step, to that module and its importer, and so on up to the collected module."""
     path = error.location.split("::", 1)[0]
     if path not in error.chain:
         return None
-    after = error.chain[error.chain.index(path) + 1:]
-    if not after or after[0] == path:
-        return None
-    culprit = after[0]
-    if not layout.is_test_file(culprit) or PurePosixPath(culprit).name in _KEPT or not culprit.endswith(".py"):
-        return None
-    return culprit
-
-
-def gathers(index: ClassIndex, path: str, nodeids: Iterable[str],
-            located: Mapping[str, tuple[str, int, str]] | None = None) -> bool:
-    """Whether ``path`` defines none of its collected tests ``nodeids`` (its baseline ids): each
-    is bound from another file of the repository."""
-    ids = [t for t in nodeids if t.startswith(f"{path}::")]
-    return bool(ids) and all(index.binder(t, (located or {}).get(t)) not in (None, path) for t in ids)
+    chain = error.chain[error.chain.index(path):]
+    for i in range(len(chain) - 1, 0, -1):
+        importer, broken = chain[i - 1], chain[i]
+        if not (layout.is_test_file(importer) and layout.is_test_file(broken) and broken.endswith(".py")
+                and PurePosixPath(broken).name not in _KEPT and broken != importer):
+            continue
+        done = set(detached.get(importer, ()))
+        if broken not in done and detach_imports(index, importer, done | {broken}) is not None:
+            return importer, broken
+    return None
 
 
 def owned_by(index: ClassIndex, nodeids: Iterable[str], detached: Mapping[str, Collection[str]],
              located: Mapping[str, tuple[str, int, str]] | None = None) -> set[str]:
-    """Of ``nodeids``, those of a gathering module that it binds from a module detached from it."""
-    out = set()
-    for nodeid in nodeids:
-        path = nodeid.partition("::")[0]
-        if path in detached and index.binder(nodeid, (located or {}).get(nodeid)) in detached[path]:
-            out.add(nodeid)
-    return out
+    """Of ``nodeids``, those whose class or function comes into their collected module through a
+    module ``detached`` from its importer (:meth:`ClassIndex.import_path`)."""
+    broken = set().union(*detached.values()) if detached else set()
+    if not broken:
+        return set()
+    return {t for t in nodeids if "::" in t and index.import_path(t, (located or {}).get(t)) & broken}
 
 
 def detached_changes(index: ClassIndex, detached: Mapping[str, Collection[str]]) -> dict[str, str | None]:
@@ -83,11 +82,19 @@ def detached_changes(index: ClassIndex, detached: Mapping[str, Collection[str]])
 def detach_imports(index: ClassIndex, path: str, dead: Collection[str]) -> str | None:
     """``path``'s text without the import statements (or the names of one) that load a file of
     ``dead``, at module level and in its ``try``/``if`` blocks (an emptied block gets ``pass``);
-    None when it has none."""
+    None when it has none, or when the module's code still uses a name they bound (it would not
+    import without them: ``ALL = [TestLoud, TestQuiet]``, a helper its tests call)."""
     module = index.module(path)
     detacher = _Detacher(index, path, frozenset(dead))
     tree = module.tree.visit(detacher)
-    return render_module(tree, module.text) if detacher.changed else None
+    if not detacher.changed:
+        return None
+    text = render_module(tree, module.text)
+    try:
+        used = {node.id for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Name)}
+    except SyntaxError:
+        return None
+    return None if used & detacher.dropped_names else text
 
 
 class _Detacher(StatementRemover):
@@ -95,6 +102,19 @@ class _Detacher(StatementRemover):
         super().__init__()
         self.index, self.path, self.dead = index, path, dead
         self.changed = False
+        self.dropped_names: set[str] = set()
+
+    def leave_SimpleStatementSuite(
+        self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
+    ) -> cst.SimpleStatementSuite:
+        # ``if cond: from .test_x import TestX`` (a block on its line): an emptied one gets ``pass``
+        body = [kept for small in updated_node.body if (kept := self._without_dead(small)) is not None]
+        if len(body) == len(updated_node.body) and all(a is b for a, b in zip(body, updated_node.body, strict=True)):
+            return updated_node
+        self.changed = True
+        body = body or [cst.Pass()]
+        body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return updated_node.with_changes(body=body)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False  # an import a function makes runs when it is called, not at collection
@@ -124,13 +144,25 @@ class _Detacher(StatementRemover):
             level = len(small.relative)
             module = dotted_name(small.module) if small.module is not None else None
             if isinstance(small.names, cst.ImportStar) or self._loads_dead(level, module):
-                return None if self._loads_dead(level, module) else small
+                if not self._loads_dead(level, module):
+                    return small
+                if not isinstance(small.names, cst.ImportStar):
+                    self.dropped_names |= {_bound(alias) for alias in small.names}
+                return None
             names = [alias for alias in small.names if not self._loads_dead(level, module, dotted_name(alias.name))]
         else:
             return small
         if len(names) == len(small.names):
             return small
+        self.dropped_names |= {_bound(alias) for alias in small.names if alias not in names}
         if not names:
             return None
         names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return small.with_changes(names=names)
+
+
+def _bound(alias: cst.ImportAlias) -> str:
+    """The name an import's alias binds: ``as`` name, or the first part of a dotted module."""
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    return (dotted_name(alias.name) or "").partition(".")[0]

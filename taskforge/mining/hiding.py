@@ -296,7 +296,10 @@ def _class_has_tests(node: cst.ClassDef, classes: dict[str, cst.ClassDef], _seen
 
 
 def _statements(body: cst.BaseSuite) -> list[cst.CSTNode]:
-    """The statements of a block, looking into ``if``/``try``/``with`` blocks (all branches)."""
+    """The statements of a block, looking into ``if``/``try``/``with`` blocks (all branches), a
+    block on its line (``if x: from a import B``) as one line of its statements."""
+    if isinstance(body, cst.SimpleStatementSuite):
+        return [cst.SimpleStatementLine(body=body.body)]
     if not isinstance(body, cst.IndentedBlock):
         return []
     out: list[cst.CSTNode] = []
@@ -470,27 +473,54 @@ class ClassIndex:
             found = self._member(found, attribute, frozenset())
         return found if isinstance(found, _ClassRef) else None
 
-    def binder(self, nodeid: str, location: tuple[str, int, str] | None = None) -> str | None:
-        """The file the module pytest collects ``nodeid`` from binds its class or function from:
-        itself when it defines it, the module it imports the name from (``from .test_words
-        import TestWords``: ``tests/test_words.py``, whatever that file imports in turn), else
-        the one a ``*`` import resolves it to, else where the interpreter defined the test
-        (``location``: a class a factory made). None when none of these says."""
+    def import_path(self, nodeid: str, location: tuple[str, int, str] | None = None) -> frozenset[str]:
+        """The files the class or function of ``nodeid`` comes through into the module pytest
+        collects it from: empty when that module defines it; ``tests/test_words.py`` for ``from
+        .test_words import TestWords``; ``tests/suites.py`` and ``tests/test_words.py`` when it
+        comes by way of a module that imports it in turn (by name or ``*``). Every binding of the
+        name counts (both branches of an ``if``, a ``try`` and its fallback). A name no reading
+        resolves (a class a factory made, listed by a ``*`` import) comes from where the
+        interpreter defined the test (``location``)."""
         path, parts = _parse_nodeid(nodeid)
+        found = self._providers(path, parts[0], frozenset())
+        if found is None:
+            return frozenset({location[0]} if location and location[0] != path else ())
+        return frozenset(found)
+
+    def _providers(self, path: str, name: str, seen: frozenset[tuple[str, str]]) -> set[str] | None:
+        """The files ``name`` of module ``path`` is imported through (empty: defined there), or
+        None when no statement of ``path`` binds it that reading follows."""
+        if (path, name) in seen:
+            return set()
+        seen |= {(path, name)}
         module = self.module(path)
-        head = parts[0]
-        if head in module.top:
-            return path
-        for _, bound, binding in reversed(module.bindings.get((), [])):
-            if bound != head:
+        if name in module.top:
+            return set()
+        bindings = module.bindings.get((), [])
+        named = [binding for _, bound, binding in bindings if bound == name]
+        if named:
+            out: set[str] = set()
+            for binding in named:
+                if not isinstance(binding, _Import) or binding.name is None:
+                    continue  # an assignment of its own, or a module bound whole
+                source = self.imported_file(path, binding.level, binding.module, binding.name)
+                if source is None:
+                    continue
+                out.add(source)
+                if source.endswith(".py") and PurePosixPath(source).stem != binding.name:
+                    out |= self._providers(source, binding.name, seen) or set()
+            return out
+        out = set()
+        for _, bound, binding in bindings:
+            if bound != "*" or not isinstance(binding, _Import):
                 continue
-            if not isinstance(binding, _Import):
-                return path  # a class, function or assignment of its own
-            return self.imported_file(path, binding.level, binding.module, binding.name) if binding.name else None
-        found = self._lookup(path, (), head, None, frozenset())
-        if isinstance(found, _ClassRef):
-            return found.path
-        return location[0] if location else None
+            source = self.imported_file(path, binding.level, binding.module)
+            if source is None or not source.endswith(".py"):
+                continue
+            further = self._providers(source, name, seen)
+            if further is not None:
+                out |= {source} | further
+        return out or None
 
     def imported_file(self, path: str, level: int, module: str | None, name: str | None = None) -> str | None:
         """The repository file an import statement of ``path`` loads: ``import module``, or

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.mining.detach import broken_import, detach_imports, detached_changes, gathers, owned_by
+from taskforge.mining.detach import detach_imports, detach_point, detached_changes, owned_by
 from taskforge.mining.hiding import ClassIndex
 from taskforge.repo.junit import parse_junit
 from taskforge.repo.testfiles import TestLayout
@@ -109,20 +109,19 @@ def test_the_broken_module_is_found_detached_and_the_rest_still_runs(project: Pa
     baseline, errors = _pytest(project)
     assert not errors and len(baseline) == 5, (baseline, errors)
     index = ClassIndex(project, layout=LAYOUT)
-    assert gathers(index, "tests/__main__.py", baseline)
-    assert {t: index.binder(t) for t in baseline} == {
-        "tests/__main__.py::TestLoud::test_shout": "tests/test_loud.py",
-        "tests/__main__.py::TestQuiet::test_whisper": "tests/test_quiet.py",
-        "tests/__main__.py::TestQuieter::test_whisper": "tests/test_quiet.py",
-        "tests/__main__.py::TestMore::test_more": "tests/test_more.py",  # by the * import
-        "tests/__main__.py::TestOptional::test_optional": "tests/test_optional.py",
+    assert {t: set(index.import_path(t)) for t in baseline} == {
+        "tests/__main__.py::TestLoud::test_shout": {"tests/test_loud.py"},
+        "tests/__main__.py::TestQuiet::test_whisper": {"tests/test_quiet.py"},
+        "tests/__main__.py::TestQuieter::test_whisper": {"tests/test_quiet.py"},
+        "tests/__main__.py::TestMore::test_more": {"tests/test_more.py"},  # by the * import
+        "tests/__main__.py::TestOptional::test_optional": {"tests/test_optional.py"},
     }
     # The removal: whisper goes. The gathering module no longer imports, and the error says why.
     (project / "pkg/words.py").write_text("def shout(text):\n    return text.upper()\n")
     passed, errors = _pytest(project)
     (error,) = errors
     assert not passed and error.location == "tests/__main__.py"
-    assert broken_import(error, LAYOUT) == "tests/test_quiet.py"
+    assert detach_point(error, LAYOUT, index, {}) == ("tests/__main__.py", "tests/test_quiet.py")
     detached = {"tests/__main__.py": {"tests/test_quiet.py"}}
     assert owned_by(index, baseline, detached) == {"tests/__main__.py::TestQuiet::test_whisper",
                                                     "tests/__main__.py::TestQuieter::test_whisper"}
@@ -154,8 +153,60 @@ def test_a_name_of_a_from_import_a_block_left_empty_and_a_plain_import(project: 
         "import tests.test_more\nimport unittest\n")
 
 
-def test_a_module_with_tests_of_its_own_does_not_gather(project: Path) -> None:
-    _write(project, {"tests/__main__.py": FILES["tests/__main__.py"] + "\n\nTestMisc = test_misc.TestMisc\n"})
-    baseline, _ = _pytest(project)
-    assert "tests/__main__.py::TestMisc::test_misc" in baseline  # bound by an assignment of its own
-    assert not gathers(ClassIndex(project, layout=LAYOUT), "tests/__main__.py", baseline)
+CASES = {
+    # A helper between: the import is dropped there, and only the classes it passed on are lost.
+    "a module between imports the test modules": (
+        {"tests/__main__.py": "from .suites import *  # noqa: F403\n",
+         "tests/suites.py": "from .test_loud import TestLoud\nfrom .test_quiet import TestQuiet\n"},
+        ("tests/suites.py", "tests/test_quiet.py"), {"tests/__main__.py::TestQuiet::test_whisper"}),
+    # Both branches bind the name: the test goes with the branch that runs.
+    "an if and its else import the class from two modules": (
+        {"tests/__main__.py": "import sys\n\nfrom .test_loud import TestLoud\n\nif sys.version_info >= (3, 8):\n"
+                              "    from .test_quiet import TestQuiet\nelse:\n    from .test_more import TestMore as TestQuiet\n"},
+        ("tests/__main__.py", "tests/test_quiet.py"), {"tests/__main__.py::TestQuiet::test_whisper"}),
+    "an import in a block on its line": (
+        {"tests/__main__.py": "import sys\n\nfrom .test_loud import TestLoud\n\nif sys: from .test_quiet import TestQuiet\n"},
+        ("tests/__main__.py", "tests/test_quiet.py"), {"tests/__main__.py::TestQuiet::test_whisper"}),
+    # A * import of a module that imports its base class from a third file: through that module.
+    "a class a * import passes on from a third file": (
+        {"tests/__main__.py": "from .test_loud import TestLoud\nfrom .test_quiet import *  # noqa: F403\n",
+         "tests/base.py": "import unittest\n\n\nclass TestBase(unittest.TestCase):\n    def test_base(self):\n        pass\n",
+         "tests/test_quiet.py": FILES["tests/test_quiet.py"] + "\n\nfrom .base import TestBase  # noqa: E402\n"},
+        ("tests/__main__.py", "tests/test_quiet.py"),
+        {"tests/__main__.py::TestQuiet::test_whisper", "tests/__main__.py::TestQuieter::test_whisper",
+         "tests/__main__.py::TestBase::test_base"}),
+    # The module uses what it imported: no import can be dropped, the candidate keeps today's rule.
+    "the collected module lists the classes it imported": (
+        {"tests/__main__.py": "from .test_loud import TestLoud\nfrom .test_quiet import TestQuiet\n\nALL = [TestLoud, TestQuiet]\n"},
+        None, set()),
+    # A module between that uses what it imports (a base class): the point moves up, to it.
+    "a test module that subclasses the broken one's class goes with it": (
+        {"tests/__main__.py": "from .test_loud import TestLoud\nfrom .test_more import TestMore\n",
+         "tests/test_loud.py": FILES["tests/test_loud.py"] + "\n\nfrom .test_quiet import TestQuiet  # noqa: E402\n\n\n"
+                               "class TestLouder(TestQuiet):\n    pass\n"},
+        ("tests/__main__.py", "tests/test_loud.py"), {"tests/__main__.py::TestLoud::test_shout"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_where_the_import_is_dropped_and_which_tests_go(project: Path, case: str) -> None:
+    files, point, lost = CASES[case]
+    for path in ("tests/test_more.py", "tests/test_misc.py", "tests/test_optional.py"):
+        if path not in files.get("tests/__main__.py", "") and not any(path.rpartition("/")[2][:-3] in t for t in files.values()):
+            (project / path).unlink()
+    _write(project, files)
+    baseline, errors = _pytest(project)
+    assert not errors and baseline, (baseline, errors)
+    index = ClassIndex(project, layout=LAYOUT)
+    (project / "pkg/words.py").write_text("def shout(text):\n    return text.upper()\n")  # whisper goes
+    _, errors = _pytest(project)
+    (error,) = errors
+    assert detach_point(error, LAYOUT, index, {}) == point
+    if point is None:
+        return
+    detached = {point[0]: {point[1]}}
+    assert owned_by(index, baseline, detached) == lost
+    _write(project, {path: text for path, text in detached_changes(index, detached).items() if text is not None})
+    (project / point[1]).unlink()
+    passed, errors = _pytest(project)
+    assert not errors and passed == baseline - lost
