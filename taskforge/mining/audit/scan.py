@@ -97,18 +97,30 @@ def _unscanned(skipped: Sequence[Mapping[str, Any]], *, denied_is_unread: bool) 
 
 _NGRAMS = re.compile(r"(\d+) of \d+ n-grams(?: \((\d+) at an interface's header\))?")
 
+SHIPPED_NGRAM_HITS = 12
+"""Distinct n-grams of the removed code (beyond those at an interface's header) that make a
+dependency's own file hold it: a verbatim stretch of 23 tokens, two to three lines, where the
+smallest candidate removes three. A dependency that vendors the project holds hundreds. Fewer are
+idioms the removed code and its hidden tests share with a large library as published: pandas'
+own test files and ``DataFrame`` docstrings share 4 to 7 of the 2,813 to 14,862 n-grams of a
+held-out diffing library's tasks (``np.array([...], dtype=object)``, ``pd.DataFrame({...})``), and
+rejected 7 of its 10 tasks."""
+
 
 def holds_the_code(evidence: Mapping[str, Any]) -> bool:
     """Whether one piece of a finding's evidence is of the removed code itself, not of what it
-    shares with others: a compiled body, or n-grams other than those at the header of a removed
-    function that implements or overrides a dependency's interface (``Fingerprint.interface_ngrams``:
-    the dependency's base class holds the same ``def`` line)."""
+    shares with others: a compiled body, or at least :data:`SHIPPED_NGRAM_HITS` n-grams other
+    than those at the header of a removed function that implements or overrides a dependency's
+    interface (``Fingerprint.interface_ngrams``: the dependency's base class holds the same
+    ``def`` line)."""
     if evidence.get("match") == "body":
         return True
     if evidence.get("match") != "ngram":
         return False
     counts = _NGRAMS.match(str(evidence.get("value", "")))
-    return counts is None or int(counts[1]) > int(counts[2] or 0)  # not the scanner's wording: fail closed
+    if counts is None:
+        return True  # not the scanner's wording: fail closed
+    return int(counts[1]) - int(counts[2] or 0) >= SHIPPED_NGRAM_HITS
 
 
 def shipped(finding: Mapping[str, Any], interfaces: Interfaces | None) -> bool:
@@ -200,8 +212,8 @@ def scan_image(
     sandbox's user (the agent's) may not read, is an ``unscanned`` finding of every task.
 
     A file a dependency's wheel installs (``interfaces``: the environment's, with the bytecode
-    compiled from them) is a finding only where it holds the removed code itself (n-grams of it,
-    :func:`holds_the_code`, or a compiled function that uses the names its body used): the rest of what it shares with the
+    compiled from them) is a finding only where it holds the removed code itself (a verbatim
+    stretch of it, :func:`holds_the_code`, or a compiled function that uses the names its body used): the rest of what it shares with the
     task (a constant, a name, a signature, a docstring) it held as published, whatever the task
     removed. inflect's image audit rejected candidates on babel's locale data (``"pound-force per
     square inch"``) and on a word list (``"glasses"``, ``"losses"``) that other packages ship.
