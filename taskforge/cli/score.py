@@ -41,8 +41,8 @@ def score_command(tasks_dir: Path, predictions: Path | None, out_dir: Path, mode
     tampering scores 0) and stored as a reward row keyed by (instance_id, candidate_id), the
     candidate being the prediction's model_name_or_path. Running again resumes: pairs already in
     OUT are skipped, unless the row was scored against another version of the task (mined again
-    since, or unknown: a row migrated from reward schema v2): the pair is scored again and its new
-    row replaces the old one. A prediction for an unknown instance_id is reported and counted, not scored.
+    since, or unknown: a row migrated from reward schema v2) or is an ``infra_error`` (an image
+    that could not be built, say): the pair is scored again and its new row replaces the old one. A prediction for an unknown instance_id is reported and counted, not scored.
     """
     from collections import Counter
 
@@ -72,7 +72,8 @@ def score_command(tasks_dir: Path, predictions: Path | None, out_dir: Path, mode
             status(f"{plan.already} candidate(s) already scored in {out_dir}; skipped")
         if plan.stale:
             status(f"{len(plan.stale)} candidate(s) in {out_dir} were scored against another version of their task "
-                   "(mined again since, or unknown: a row from before reward schema v3): taken out and scored again")
+                   "(mined again since, or unknown: a row from before reward schema v3) or not scored (infra_error): "
+                   "taken out and scored again")
         if plan.repeated:
             status(f"{plan.repeated} prediction(s) repeat an (instance_id, candidate) pair; only the first is scored")
         progress = _ScoreProgress(len(plan.work))

@@ -166,13 +166,18 @@ class ServerConfig:
                 raise ValueError(f"ServerConfig.{name} must be positive, got {getattr(self, name)}")
 
 
+RETRY = "retry:"
+"""What :attr:`RewardSink.versions` puts before the task version of an ``infra_error`` row."""
+
+
 class RewardSink:
     """Reward rows stored in a dataset folder in small shards as results arrive; thread-safe.
 
     The folder is opened with ``DatasetWriter`` (kind REWARDS), so it resumes: ``keys`` holds the
     (instance_id, candidate_id) keys already stored, and a row whose key is there is skipped,
-    unless the stored row scored another version of the task (``versions``): that row is taken
-    out (``DatasetWriter.drop``, a retraction in the manifest) and the new one stored.
+    unless the stored row scored another version of the task, or is an ``infra_error``
+    (``versions``): that row is taken out (``DatasetWriter.drop``, a retraction in the manifest)
+    and the new one stored.
     A background thread flushes rows that have waited ``flush_s``.
     """
 
@@ -186,8 +191,12 @@ class RewardSink:
         self.flush_s = flush_s
         self.writer = DatasetWriter(directory, kind=REWARDS, recipe=recipe,
                                     versions=run_versions(scorer_version=SCORER_VERSION))
-        self.versions: dict[str, str] = self.writer.column("task_sha256")
-        """Key → ``task_sha256`` of every row stored."""
+        statuses = self.writer.column("status")
+        self.versions: dict[str, str] = {key: f"{RETRY}{version}" if statuses.get(key) == "infra_error" else version
+                                         for key, version in self.writer.column("task_sha256").items()}
+        """Key → ``task_sha256`` of every row stored; of a row the infrastructure kept from being
+        scored (``infra_error``: an image that could not be built, an engine that failed), a value
+        no task has, so that it is scored again, like a row of another version of its task."""
         self.replaced = 0
         """Stored rows of another version of their task that new rows replaced."""
         self.written = 0
@@ -238,8 +247,12 @@ class RewardSink:
                  if k in self.versions and self.versions[k] != row["task_sha256"]}
         try:
             if stale:
-                self.writer.drop(stale, prefix=self.prefix,
-                                 reason=f"{len(stale)} row(s) scored again against another version of their task")
+                retried = sum(1 for k in stale if self.versions[k].startswith(RETRY))
+                reason = f"{len(stale) - retried} row(s) scored again against another version of their task"
+                if retried:
+                    reason = (f"{retried} infra_error row(s) scored again" if retried == len(stale)
+                              else f"{reason}, {retried} infra_error row(s) scored again")
+                self.writer.drop(stale, prefix=self.prefix, reason=reason)
             written = self.writer.write(rows, prefix=self.prefix)
         except BaseException:
             # The writer has taken the keys of rows it could not write: they cannot be tried again.
