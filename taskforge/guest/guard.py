@@ -40,6 +40,7 @@ import gc
 import hashlib
 import importlib
 import importlib.machinery
+import inspect
 import itertools
 import json
 import operator
@@ -261,7 +262,7 @@ def _runs_code(value: Any) -> bool:
     if isinstance(value, (types.FunctionType, types.MethodType, functools.partial, functools.partialmethod,
                           classmethod, staticmethod, property)):
         return True
-    if callable(value) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
+    if callable(value) and isinstance(_peek(value, "__wrapped__"), types.FunctionType):
         return True  # functools.lru_cache
     return any(isinstance(vars(k).get(name), types.FunctionType) for k in type(value).__mro__
                for name in ("__call__", "__get__", "__set__", "__delete__"))
@@ -660,6 +661,34 @@ _BUILTIN = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.Method
             types.MemberDescriptorType)
 
 
+_PLAIN_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
+
+
+def _peek(obj: Any, name: str, default: Any = None) -> Any:
+    """``obj.name`` read without running any code of ``obj``'s class: a check that calls
+    ``getattr`` on the candidate's object runs its ``__getattr__``, ``__getattribute__`` or
+    property inside the check (a seventh red team's thread target undid its forging patch from
+    ``__getattr__`` as the guard looked for its ``__wrapped__``). The instance's own dict, else a
+    class attribute as stored (a function unbound), a C slot or getset read through its
+    descriptor; ``default`` for a property, whose getter is code."""
+    try:
+        found = inspect.getattr_static(obj, name)
+    except AttributeError:
+        return default
+    if isinstance(found, _PLAIN_DESCRIPTORS):
+        try:
+            return found.__get__(obj, type(obj))
+        except AttributeError:
+            return default
+    return default if isinstance(found, property) else found
+
+
+def _peek_dict(obj: Any) -> Any:
+    """``obj.__dict__`` read as :func:`_peek` reads (empty without a plain one)."""
+    found = _peek(obj, "__dict__")
+    return found if type(found) in (dict, types.MappingProxyType) else {}
+
+
 def _untrusted(obj: Any, depth: int = 0) -> str | None:
     """Why ``obj`` (a replacement, a hook implementation, an import hook) runs code that is not the
     image's or the project's as laid, or None: its code is held to the file it names, and a function
@@ -702,8 +731,9 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
         return None
     if callable(obj):  # an instance: its class's code runs, and what it wraps
         kind = type(obj)
-        if isinstance(getattr(obj, "__wrapped__", None), types.FunctionType):  # functools.lru_cache
-            return _untrusted(kind, depth + 1) or _untrusted(obj.__wrapped__, depth + 1)
+        wrapped = _peek(obj, "__wrapped__")
+        if isinstance(wrapped, types.FunctionType):  # functools.lru_cache
+            return _untrusted(kind, depth + 1) or _untrusted(wrapped, depth + 1)
         if not any(isinstance(vars(k).get("__call__"), types.FunctionType) for k in kind.__mro__):
             # ``operator.methodcaller("__setattr__", "outcome", "passed")``: a C object that runs
             # no code of its own a file could vouch for.
@@ -725,8 +755,8 @@ def _untrusted_object(obj: Any, depth: int) -> str | None:
         return seen[1]
     _JUDGED[id(obj)] = (obj, None)  # a cycle back to it judges nothing twice
     why = _untrusted(type(obj), depth + 1)
-    attributes = getattr(obj, "__dict__", None)
-    if why is None and isinstance(attributes, dict):
+    attributes = _peek_dict(obj)
+    if why is None and attributes:
         for value in list(attributes.values())[:32]:
             if _runs_code(value) and (why := _untrusted_member(value, depth + 1)):
                 break
@@ -779,7 +809,7 @@ def _untrusted_hook(hook: Any) -> str | None:
     # What it holds runs too (``self.prefix + "."`` calls the prefix's ``__add__``): the classes of
     # its attributes' values, one level down. Only hooks: a project's thread may well hold the
     # objects of the class the candidate completes.
-    for value in list(getattr(hook, "__dict__", {}).values())[:32] if why is None else ():
+    for value in list(_peek_dict(hook).values())[:32] if why is None else ():
         kind = type(value)
         if kind.__module__ != "builtins" and not isinstance(value, types.ModuleType):
             why = _untrusted(kind)
@@ -994,7 +1024,7 @@ class _Guard:
     def _callbacks(self) -> None:
         """Code the interpreter calls when nobody scheduled it: threads, gc callbacks, signal
         handlers. Each runs trusted code, or it can edit a report between the checks."""
-        threads = [(t, getattr(t, "_target", None) or t.run) for t in _ENUMERATE()]
+        threads = [(t, _peek(t, "_target") or _peek(t, "run")) for t in _ENUMERATE()]
         noted = set()
         for thread, target in threads:
             if _THREADS_AT_START.get(id(thread)) is not thread and (why := _untrusted(target)) is not None:

@@ -87,6 +87,8 @@ ATTACKED = {
         h.H_JOIN, {}, "replaced _pytest.reports.TestReport.from_item_and_call"),
     "a thread that rebinds its own _target and run to the standard library's once started": (
         h.H_TARGET, {}, "a thread runs"),
+    "a thread's target whose __getattr__ undoes a forging patch as the guard judges the target": (
+        h.H_GETATTR, {}, "replaced _pytest.reports.TestReport.from_item_and_call"),
 }
 
 
