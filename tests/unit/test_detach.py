@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from taskforge.mining.detach import detach_imports, detach_point, detached_changes, owned_by
+from taskforge.mining.detach import (
+    detach_imports,
+    detach_point,
+    detached_changes,
+    owned_by,
+)
 from taskforge.mining.hiding import ClassIndex
 from taskforge.repo.junit import parse_junit
 from taskforge.repo.testfiles import TestLayout
