@@ -90,12 +90,13 @@ def newly_detached(runs: Iterable[RunResult], ctx: Context, detached: Mapping[st
     longer imports, where they can do without it (:func:`taskforge.mining.detach.detach_point`):
     ``{importer: {that module}}``, leaving out what ``detached`` has."""
     found: dict[str, set[str]] = {}
+    known = {path: set(modules) for path, modules in detached.items()}
     for run in runs:
         for error in run.collection_errors:
-            point = detach_point(error, ctx.layout, ctx.tests, {p: detached.get(p, set()) | found.get(p, set())
-                                                                for p in detached.keys() | found.keys()})
+            point = detach_point(error, ctx.layout, ctx.tests, known)
             if point is not None:
-                found.setdefault(point[0], set()).add(point[1])
+                for into in (found, known):
+                    into.setdefault(point[0], set()).add(point[1])
     return found
 
 

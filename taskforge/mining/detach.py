@@ -20,7 +20,7 @@ modules): the point is the deepest importer in the traceback that can do without
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 
 import libcst as cst
@@ -108,13 +108,8 @@ class _Detacher(StatementRemover):
         self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
     ) -> cst.SimpleStatementSuite:
         # ``if cond: from .test_x import TestX`` (a block on its line): an emptied one gets ``pass``
-        body = [kept for small in updated_node.body if (kept := self._without_dead(small)) is not None]
-        if len(body) == len(updated_node.body) and all(a is b for a, b in zip(body, updated_node.body, strict=True)):
-            return updated_node
-        self.changed = True
-        body = body or [cst.Pass()]
-        body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
-        return updated_node.with_changes(body=body)
+        body = self._kept(updated_node.body)
+        return updated_node if body is None else updated_node.with_changes(body=body or [cst.Pass()])
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False  # an import a function makes runs when it is called, not at collection
@@ -125,14 +120,21 @@ class _Detacher(StatementRemover):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine | cst.RemovalSentinel:
-        body = [kept for small in updated_node.body if (kept := self._without_dead(small)) is not None]
-        if len(body) == len(updated_node.body) and all(a is b for a, b in zip(body, updated_node.body, strict=True)):
+        body = self._kept(updated_node.body)
+        if body is None:
             return updated_node
+        return updated_node.with_changes(body=body) if body else self.drop(original_node)
+
+    def _kept(self, body: Sequence[cst.BaseSmallStatement]) -> list[cst.BaseSmallStatement] | None:
+        """The statements of a line left once the imports of the broken modules go (the last
+        without its semicolon); None when none goes."""
+        kept = [small for statement in body if (small := self._without_dead(statement)) is not None]
+        if len(kept) == len(body) and all(a is b for a, b in zip(kept, body, strict=True)):
+            return None
         self.changed = True
-        if not body:
-            return self.drop(original_node)
-        body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
-        return updated_node.with_changes(body=body)
+        if kept:
+            kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return kept
 
     def _loads_dead(self, level: int, module: str | None, name: str | None = None) -> bool:
         return self.index.imported_file(self.path, level, module, name) in self.dead
@@ -143,12 +145,12 @@ class _Detacher(StatementRemover):
         elif isinstance(small, cst.ImportFrom):
             level = len(small.relative)
             module = dotted_name(small.module) if small.module is not None else None
-            if isinstance(small.names, cst.ImportStar) or self._loads_dead(level, module):
-                if not self._loads_dead(level, module):
-                    return small
+            if self._loads_dead(level, module):  # the statement loads a broken module whole
                 if not isinstance(small.names, cst.ImportStar):
                     self.dropped_names |= {_bound(alias) for alias in small.names}
                 return None
+            if isinstance(small.names, cst.ImportStar):
+                return small
             names = [alias for alias in small.names if not self._loads_dead(level, module, dotted_name(alias.name))]
         else:
             return small

@@ -260,6 +260,12 @@ def _collected_nodeids(project: Path) -> list[str]:
     return nodeids
 
 
+def _write_files(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text, encoding="utf-8")
+
+
 def _write_plugin(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{PLUGIN_MODULE}.py").write_text(plugin_source(), encoding="utf-8")
@@ -430,9 +436,7 @@ def test_collection_errors_of_classes_packages_and_directories(tmp_path: Path) -
         "test_skipmod.py": "import pytest\n\npytest.skip('whole module', allow_module_level=True)\n",
     }
     project = tmp_path / "project"
-    for relative, text in files.items():
-        (project / relative).parent.mkdir(parents=True, exist_ok=True)
-        (project / relative).write_text(text, encoding="utf-8")
+    _write_files(project, files)
     plugin_dir = _write_plugin(tmp_path / "plugin")
     expected_errors = {
         "cls/test_c.py::TestC": "ValueError: cls/test_c.py::TestC::test_c: error raised while trying to determine id",
@@ -470,9 +474,7 @@ def test_a_collection_error_names_the_repository_files_its_traceback_passes(tmp_
         "tests/test_more.py": "import pkg.words\n\nLOUD = pkg.words.yell\n\n\nclass TestMore:\n    def test_b(self):\n        pass\n",
     }
     project = tmp_path / "project"
-    for relative, text in files.items():
-        (project / relative).parent.mkdir(parents=True, exist_ok=True)
-        (project / relative).write_text(text, encoding="utf-8")
+    _write_files(project, files)
     plugin_dir = _write_plugin(tmp_path / "plugin")
     xml = _junit_run(project, tmp_path / "report.xml", "xunit1", f"--tb={style}", plugin_dir=plugin_dir)
     (error,) = parse_junit(xml, known_paths=_known_paths(project)).collection_errors
