@@ -76,14 +76,23 @@ _SKIP_DIRS = {".git", ".tox", ".nox", ".venv", "venv", "node_modules", "build", 
 _PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
 
 
-def find_test_files(repo: Path, layout: TestLayout = DEFAULT_LAYOUT) -> list[str]:
-    """Relative paths of the files pytest would collect as test modules under ``layout`` (by
-    default pytest's defaults: test_*.py, *_test.py)."""
+def repository_files(repo: Path) -> list[str]:
+    """Relative paths of the repository's files, leaving out version control, virtual environments
+    and build output: what a report's node ids and traceback frames are resolved against
+    (:func:`taskforge.repo.junit.parse_junit`'s ``known_paths``). Test files alone would not do: a
+    gathering module collected under a project's own ``python_files`` (``tests/__main__.py``) is not
+    one by pytest's default names, and a traceback that passes through it then loses that frame."""
     found = []
     for dirpath, dirnames, filenames in os.walk(repo):
         dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")]
         found += [(Path(dirpath) / name).relative_to(repo).as_posix() for name in filenames]
-    return layout.test_modules(found)
+    return found
+
+
+def find_test_files(repo: Path, layout: TestLayout = DEFAULT_LAYOUT) -> list[str]:
+    """Relative paths of the files pytest would collect as test modules under ``layout`` (by
+    default pytest's defaults: test_*.py, *_test.py)."""
+    return layout.test_modules(repository_files(repo))
 
 
 # Names unittest-style projects give their test modules (``python -m unittest tests``), which
@@ -391,7 +400,7 @@ class SuiteRunner:
         self.limits = limits or SandboxLimits.load()
         self.timeout_s = timeout_s
         self.extra_args = (*env.pytest_args, *extra_args)
-        self.known_paths = find_test_files(snapshot.path)
+        self.known_paths = repository_files(snapshot.path)
         self.containers_started = 0
         self._box: Sandbox | None = sandbox
         self._fresh = sandbox is not None and not laid  # a given sandbox has not had the tree put in yet
@@ -578,7 +587,8 @@ class SuiteRunner:
             failed = replace(failed, limits_hit=(result.limit_hit,) if result.limit_hit else ())
             return [failed] * repeats
         # Files a state adds (a hidden test file the test_patch brings back) help map node ids too.
-        known = [*self.known_paths, *(p for p, text in changes.items() if text is not None and p not in self.known_paths)]
+        listed = set(self.known_paths)
+        known = [*self.known_paths, *(p for p, text in changes.items() if text is not None and p not in listed)]
         replies = json.loads(result.stdout)
         runs = [self._reply_result(reply, nonce, known, truncated=result.truncated,
                                    duration=duration if repeats == 1 else reply["seconds"])
@@ -754,7 +764,7 @@ def run_suite_on_host(
         except subprocess.TimeoutExpired:
             return _run_result(None, None, "", timeout_s, timed_out=True, oom=False, truncated=False)
         duration = time.monotonic() - started
-        report = parse_junit(report_path.read_bytes(), known_paths=find_test_files(work)) if report_path.is_file() else None
+        report = parse_junit(report_path.read_bytes(), known_paths=repository_files(work)) if report_path.is_file() else None
         return _run_result(proc.returncode, report, proc.stdout + proc.stderr, duration,
                            timed_out=False, oom=False, truncated=False)
 

@@ -329,7 +329,9 @@ def test_test_classes_imported_into_the_collected_module(tmp_path_factory, sessi
     scoring, gold 1.0 and the empty patch 0.0. A symbol or module removal that breaks a class
     module's import breaks the collected module's too: that class module goes whole and the
     collected module loses its import of it (every such candidate was ``start_state_no_tests``
-    before); the tests it gave are FAIL_TO_PASS and the others run. The classes of
+    before); the tests it gave are FAIL_TO_PASS and the others run. So does a body removal of a
+    function a class module calls in a class body (a NotImplementedError, not an ImportError, so a
+    traceback of absolute paths through tests/__main__.py). The classes of
     tests/test_padding.py are made by a factory function, one per fill character: their tests
     are hidden in the factory (every one was ``unhideable_test`` before), so in both classes."""
     out, summary = _mine("aggregated", tmp_path_factory, session_cache, max_tasks=30)
@@ -339,8 +341,8 @@ def test_test_classes_imported_into_the_collected_module(tmp_path_factory, sessi
     for task in tasks:
         assert all(t.startswith("tests/__main__.py::") for t in task.FAIL_TO_PASS), task.FAIL_TO_PASS
         restored = {path for path in task.test_patch.split() if path.startswith("b/")}
-        if task.strategy == "body":
-            assert restored <= {f"b/{p}" for p in defined}
+        if "b/tests/__main__.py" not in restored:
+            assert task.strategy == "body" and restored <= {f"b/{p}" for p in defined}, task.test_patch
         else:  # the class module goes whole, and the collected module's import of it
             (module,) = restored - {"b/tests/__main__.py"}
             assert restored == {"b/tests/__main__.py", module} and module.removeprefix("b/") in defined, task.test_patch
@@ -351,6 +353,10 @@ def test_test_classes_imported_into_the_collected_module(tmp_path_factory, sessi
         canaries = task_canaries(task)
         assert canaries and {twin.file for twin in canaries} <= defined, task.instance_id
     assert {task.strategy for task in tasks} == {"body", "symbol", "module"}
+    # shout runs in TestWords' class body: its body removal breaks the import of tests/test_words.py
+    # with a NotImplementedError, whose traceback pytest prints with absolute paths.
+    (greeting,) = [task for task in tasks if (task.strategy, task.target) == ("body", "aggregated.words:shout")]
+    assert "tests/__main__.py::TestWords::test_initials" in greeting.FAIL_TO_PASS, greeting.FAIL_TO_PASS
     padding = [task for task in tasks if "padding" in task.instance_id]
     assert padding, [task.instance_id for task in tasks]
     for task in padding:  # hidden in the factory, so in both of the classes it makes
