@@ -34,6 +34,7 @@ only, so a test's own monkeypatching (undone at its teardown) is never mistaken 
 
 from __future__ import annotations
 
+import _thread
 import ast
 import functools
 import gc
@@ -613,6 +614,19 @@ def _stack_why(frame: types.FrameType | None) -> str | None:
     return None
 
 
+def _running_why(frame: types.FrameType) -> str | None:
+    """Why a thread the run started, now at ``frame`` (its innermost), runs what the guard cannot
+    trust: code of its stack that is not trusted, or a loop in C its innermost frame calls."""
+    return _stack_why(frame) or _frame_why(frame)
+
+
+def _thread_object_why(thread: Any) -> str | None:
+    """Why a Thread object the run started runs what the guard cannot trust: its target (or its
+    ``run``), or a C callable among its attributes called with values that call back."""
+    target = _peek(thread, "_target") or _peek(thread, "run")
+    return _untrusted(target) or _bundles_why(_attributes(thread))
+
+
 def _code_why(code: types.CodeType, rewritten: bool) -> str | None:
     """Why ``code`` is not code of the image or of a file laid before the run, or None."""
     hit = _CODE_WHY.get(id(code))
@@ -720,7 +734,8 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
         return None if owner is None or isinstance(owner, types.ModuleType) else _untrusted_object(owner, depth + 1)
     if isinstance(obj, functools.partial):
         parts = [obj.func, *obj.args, *obj.keywords.values()]
-        return next((why for p in parts if (why := _untrusted_object(p, depth + 1))), None)
+        found = next((why for p in parts if (why := _untrusted_object(p, depth + 1))), None)
+        return found or _bundle_why(obj.func, obj.args, obj.keywords)
     if isinstance(obj, type):
         for klass in obj.__mro__:
             if klass.__module__ == "builtins":
@@ -776,6 +791,111 @@ def _untrusted_member(value: Any, depth: int) -> str | None:
     if callable(value) or isinstance(value, (classmethod, property)):
         return _untrusted(value, depth)
     return _untrusted_object(value, depth)  # a descriptor: its class's code runs, and what it holds
+
+
+_INERT_SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray, range, type(Ellipsis))
+_INERT_CONTAINERS = (tuple, list, set, frozenset, dict)
+_INERT_ITEMS = 4096
+
+
+def _inert(value: Any, depth: int = 0) -> bool:
+    """Whether a value a C callable is called with can call nothing back: not callable, no iterator
+    or other iterable (a ``map`` calls its function per item), and, for a plain container, nothing
+    but such values in it. A loop in C over calls (``deque(map(operator.call, cycle(steps)))``)
+    needs a callable or an iterator among its arguments."""
+    kind = type(value)
+    if kind in _INERT_SCALARS or isinstance(value, types.ModuleType):
+        return True
+    if kind in _INERT_CONTAINERS:
+        items = list(value.items()) if kind is dict else list(value)
+        if depth > 3 or len(items) > _INERT_ITEMS:
+            return False
+        return all(_inert(item, depth + 1) for item in items)
+    if callable(value):
+        return False
+    return not any(name in vars(k) for k in kind.__mro__ for name in ("__next__", "__iter__", "__getitem__"))
+
+
+def _python_callable(func: Any) -> bool:
+    """Whether calling ``func`` runs a Python function first (its frames show what it does)."""
+    if isinstance(func, (staticmethod, types.MethodType)):
+        func = func.__func__
+    return isinstance(func, types.FunctionType)
+
+
+def _bundle_why(func: Any, args: Any, kwargs: Any) -> str | None:
+    """Why a C callable (a builtin, a class, a C object) called with ``args`` and ``kwargs`` can run
+    a loop of calls the guard cannot see, or None: one of them can call back (a callable, an
+    iterator). Its work runs no frame of its own, so neither a thread's stack nor the callable
+    itself names what it runs: an eighth red team's thread drained, in C, a ``map`` over a cycle
+    of the candidate's partials that put a forging patch in place and took it away again."""
+    if func is None or not callable(func) or _python_callable(func):
+        return None
+    values = [*(args if type(args) in (tuple, list) else ()), *(kwargs.values() if type(kwargs) is dict else ())]
+    odd = next((value for value in values if not _inert(value)), _NOTHING)
+    if odd is _NOTHING:
+        return None
+    name = _peek(func, "__qualname__") or type(func).__qualname__
+    return f"{name if isinstance(name, str) else type(func).__qualname__} called with a {type(odd).__qualname__}, " \
+           "a loop in C the guard cannot see into"
+
+
+_NOTHING = object()
+
+
+def _attributes(obj: Any) -> list[Any]:
+    """The values of an object's attributes, its ``__dict__`` and ``__slots__`` (read as :func:`_peek` reads)."""
+    values = list(_peek_dict(obj).values())[:64]
+    for klass in type(obj).__mro__:
+        slots = vars(klass).get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots if isinstance(slots, (tuple, list)) else ():
+            if isinstance(name, str) and name != "__dict__" and (value := _peek(obj, name, _NOTHING)) is not _NOTHING:
+                values.append(value)
+    return values
+
+
+def _bundles_why(values: list[Any]) -> str | None:
+    """Why a call these values make up can run a loop the guard cannot see (:func:`_bundle_why`):
+    each C callable among them with each tuple among them as its arguments and each dict as its
+    keywords (``Thread._target`` and ``_args``, ``Timer.function`` and ``args``, a pool's work
+    item's ``fn`` and ``args``, an event loop handle's ``_callback`` and ``_args``)."""
+    funcs = [v for v in values if callable(v) and not _python_callable(v)]
+    if not funcs:
+        return None
+    packs = [v for v in values if type(v) in (tuple, list)] or [()]
+    keywords = [v for v in values if type(v) is dict] or [{}]
+    for func in funcs:
+        for args in packs:
+            for kwargs in keywords:
+                if (why := _bundle_why(func, args, kwargs)) is not None:
+                    return why
+    return None
+
+
+def _frame_why(frame: types.FrameType) -> str | None:
+    """Why the innermost frame of a thread the run started can be calling a loop in C (its stack
+    holding trusted code only, a pool's worker calling a work item): a call its locals make up, or
+    an object among them, or a tuple, holding one (:func:`_bundles_why`)."""
+    local = list(frame.f_locals.values())[:64]
+    if (why := _bundles_why(local)) is not None:
+        return why
+    for value in local:
+        if isinstance(value, functools.partial):
+            why = _untrusted(value)
+        elif type(value) is tuple:
+            why = _bundles_why(list(value)[:64])
+        elif not isinstance(value, (type, types.ModuleType, *_INERT_SCALARS, *_INERT_CONTAINERS)):
+            why = _bundles_why(_attributes(value))
+        if why is not None:
+            return why
+    return None
+
+
+def _frameless() -> int:
+    """How many more threads run than have a Python frame, beyond those the run began with: a
+    thread started with ``_thread.start_new_thread`` on a C callable runs none at all, so neither
+    ``threading.enumerate`` nor ``sys._current_frames`` ever lists it."""
+    return _THREAD_COUNT() - (len(_CURRENT_FRAMES()) - 1) - _FRAMELESS_AT_START
 
 
 _GLOBALS_BY_FILE: dict[str, set[int]] = {}
@@ -843,6 +963,9 @@ _LOCK_TYPE = type(threading.Lock())
 _CURRENT_FRAMES = sys._current_frames
 _DUMMY_THREAD = threading._DummyThread
 _RAW_THREADS_AT_START = frozenset(_CURRENT_FRAMES())
+_THREAD_COUNT = _thread._count
+_FRAMELESS_AT_START = 0
+_FRAMELESS_AT_START = _frameless()
 _SETTLE_S = 2.0
 """How long a check waits for the threads the project's code started to end before it judges them."""
 _SETTLE_BUDGET_S = 10.0
@@ -1009,14 +1132,15 @@ class _Guard:
             if left <= 0:
                 break
             lock = vars(thread).get("_tstate_lock")
-            if type(lock) is _LOCK_TYPE and _untrusted(vars(thread).get("_target") or type(thread).run) is not None:
+            if type(lock) is _LOCK_TYPE and _thread_object_why(thread) is not None:
                 if lock.acquire(timeout=left):
                     lock.release()
         # A thread that outlives its work (a pool's worker) is waited for until its stack holds
         # no code but trusted code.
         while (left := deadline - _MONOTONIC()) > 0:
             running = _started_threads()
-            if not any(_stack_why(frame) is not None for ident, frame in _CURRENT_FRAMES().items() if ident not in running):
+            if _frameless() <= 0 and not any(_running_why(frame) is not None
+                                              for ident, frame in _CURRENT_FRAMES().items() if ident not in running):
                 break
             _SLEEP(min(0.005, left))
         self._settle_left -= _MONOTONIC() - started
@@ -1024,10 +1148,9 @@ class _Guard:
     def _callbacks(self) -> None:
         """Code the interpreter calls when nobody scheduled it: threads, gc callbacks, signal
         handlers. Each runs trusted code, or it can edit a report between the checks."""
-        threads = [(t, _peek(t, "_target") or _peek(t, "run")) for t in _ENUMERATE()]
         noted = set()
-        for thread, target in threads:
-            if _THREADS_AT_START.get(id(thread)) is not thread and (why := _untrusted(target)) is not None:
+        for thread in _ENUMERATE():
+            if _THREADS_AT_START.get(id(thread)) is not thread and (why := _thread_object_why(thread)) is not None:
                 self.note(f"a thread runs {why}")
                 noted.add(thread.ident)
         # And by what each thread is running now, frame by frame down its stack: a thread started
@@ -1037,8 +1160,11 @@ class _Guard:
         for ident, frame in _CURRENT_FRAMES().items():
             if ident in noted or ident in _started_threads():
                 continue
-            if (why := _stack_why(frame)) is not None:
+            if (why := _running_why(frame)) is not None:
                 self.note(f"a thread runs {why}")
+        if (hidden := _frameless()) > 0:
+            self.note(f"{hidden} thread(s) of the run with no Python frame (a C callable started with "
+                      "_thread.start_new_thread), whose work the guard cannot see")
         for callback in list(gc.callbacks):
             if (why := _untrusted(callback)) is not None:
                 self.note(f"a gc callback runs {why}")

@@ -873,6 +873,18 @@ HONEST = {
         "import time\nfrom concurrent.futures import ThreadPoolExecutor\n\n_POOL = ThreadPoolExecutor(1)\n\n\n"
         "def _recompute():\n    time.sleep(0.2)\n\n\n"
         "def double(x):\n    _POOL.submit(_recompute)\n    return 2 * x\n"),
+    "threads of the feature's in C calls with plain arguments, still running at every check": (
+        # A C callable with values that call nothing back (a sleep, a blocking read, a C sort
+        # with no key) is no loop the guard cannot see, whether run by a thread or a pool's worker.
+        "import os, threading, time\nfrom concurrent.futures import ThreadPoolExecutor\n\n"
+        "_POOL = ThreadPoolExecutor(1)\n_READ, _WRITE = os.pipe()\n_STARTED = []\n\n\n"
+        "def double(x):\n    if not _STARTED:\n"
+        "        _STARTED.append(threading.Thread(target=time.sleep, args=(30,), daemon=True))\n"
+        "        _STARTED.append(threading.Thread(target=os.read, args=(_READ, 1), daemon=True))\n"
+        "        [thread.start() for thread in _STARTED]\n"
+        "        _POOL.submit(sorted, list(range(100000, 0, -1)))\n"
+        "        timer = threading.Timer(30, print, args=('late',))\n        timer.daemon = True\n"
+        "        timer.start()\n    return 2 * x\n"),
 }
 
 

@@ -89,6 +89,15 @@ ATTACKED = {
         h.H_TARGET, {}, "a thread runs"),
     "a thread's target whose __getattr__ undoes a forging patch as the guard judges the target": (
         h.H_GETATTR, {}, "replaced _pytest.reports.TestReport.from_item_and_call"),
+    "a thread whose target is a loop of C callables over the candidate's partials": (h.H_CLOOP, {}, "a thread runs"),
+    "a thread whose target is a C callable and whose arguments drive a loop of calls": (
+        h.H_CLOOP_ARGS, {}, "a thread runs"),
+    "a C loop started with _thread.start_new_thread, with no Python frame at all": (
+        h.H_CLOOP_RAW, {}, "no Python frame"),
+    "a C loop submitted to a thread pool, whose worker's frames are the standard library's": (
+        h.H_CLOOP_POOL, {}, "a thread runs"),
+    "a C loop run by threading.Timer, which keeps its function outside _target": (
+        h.H_CLOOP_TIMER, {}, "a thread runs"),
 }
 
 
