@@ -400,7 +400,8 @@ class SuiteRunner:
         self.limits = limits or SandboxLimits.load()
         self.timeout_s = timeout_s
         self.extra_args = (*env.pytest_args, *extra_args)
-        self.known_paths = repository_files(snapshot.path)
+        self.known_paths = tuple(repository_files(snapshot.path))
+        self._listed = frozenset(self.known_paths)
         self.containers_started = 0
         self._box: Sandbox | None = sandbox
         self._fresh = sandbox is not None and not laid  # a given sandbox has not had the tree put in yet
@@ -587,8 +588,8 @@ class SuiteRunner:
             failed = replace(failed, limits_hit=(result.limit_hit,) if result.limit_hit else ())
             return [failed] * repeats
         # Files a state adds (a hidden test file the test_patch brings back) help map node ids too.
-        listed = set(self.known_paths)
-        known = [*self.known_paths, *(p for p, text in changes.items() if text is not None and p not in listed)]
+        added = [p for p, text in changes.items() if text is not None and p not in self._listed]
+        known = (*self.known_paths, *added) if added else self.known_paths
         replies = json.loads(result.stdout)
         runs = [self._reply_result(reply, nonce, known, truncated=result.truncated,
                                    duration=duration if repeats == 1 else reply["seconds"])
