@@ -34,6 +34,7 @@ only, so a test's own monkeypatching (undone at its teardown) is never mistaken 
 
 from __future__ import annotations
 
+import _io
 import _thread
 import ast
 import functools
@@ -57,6 +58,26 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+
+def _isinstance(obj: Any, kinds: Any) -> bool:
+    """``isinstance`` that runs no code of ``obj``'s: by its type alone, where ``isinstance`` falls
+    back to the object's ``__class__``, a property of the candidate's class (a ninth red team's
+    argument ran its toggle inside every check so)."""
+    return issubclass(type(obj), kinds)
+
+
+_MRO = type.__dict__["__mro__"].__get__
+"""A class's MRO read from the type itself, never through a metaclass's ``__mro__``."""
+_CLASS_DICT = type.__dict__["__dict__"].__get__
+"""A class's own namespace, never through a metaclass's ``__dict__``."""
+_CLASS_MODULE = type.__dict__["__module__"].__get__
+
+
+def _module_of(klass: type) -> str:
+    """A class's ``__module__`` when it is a string, else ""; read without a metaclass's code."""
+    name = _CLASS_MODULE(klass)
+    return name if type(name) is str else ""
 
 GUARD_PROPERTY = "taskforge.guard"
 TAMPERED_PROPERTY = "taskforge.tampered"
@@ -199,7 +220,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 def _image_function(obj: Any) -> bool:
     """A function whose code is the image's, loaded before any project code."""
-    code = getattr(obj, "__code__", None) if isinstance(obj, types.FunctionType) else None
+    code = getattr(obj, "__code__", None) if _isinstance(obj, types.FunctionType) else None
     loaded = _LOADED.get(id(code)) if code is not None else None
     return loaded is not None and loaded[0] is code
 
@@ -215,14 +236,14 @@ def _hold_early(plugins: Iterator[str] = iter(())) -> None:
     the verdict rests on, before any project code could rename a class or a module."""
     names = set(plugins)
     for name, module in list(sys.modules.items()):
-        if not isinstance(module, types.ModuleType):
+        if not _isinstance(module, types.ModuleType):
             continue
         _EARLY_MODULES[id(module)] = module
         if name.split(".", 1)[0] in _HARNESS_ROOTS or name.startswith("taskforge_") or name in names:
             for value in list(vars(module).values()):
                 # Defined there (``_Plugin = object`` is pluggy's name for object): read before
                 # any project code, so ``__module__`` is still the truth.
-                if isinstance(value, type) and value.__module__ == name:
+                if _isinstance(value, type) and value.__module__ == name:
                     _VERDICT_CLASSES[id(value)] = value
 
 
@@ -234,9 +255,9 @@ def _verdicts_object(obj: Any) -> bool:
     ``__file__`` are the candidate's to rewrite). Any other object's class is the project's
     business: a subclass it makes its own objects (zipp's ``res.__class__ = cls``) is no
     tampering, and an object that lies about itself is what the canaries catch."""
-    if isinstance(obj, types.ModuleType):
+    if _isinstance(obj, types.ModuleType):
         return id(obj) in _EARLY_MODULES
-    return any(id(kind) in _VERDICT_CLASSES for kind in type(obj).__mro__)
+    return any(id(kind) in _VERDICT_CLASSES for kind in _MRO(type(obj)))
 
 
 _hold_early()
@@ -258,14 +279,14 @@ def _runs_code(value: Any) -> bool:
     a function, a method, a descriptor, a partial, or an object whose class has Python code of its
     own for it (a callable object, a descriptor: ``find_spec = _Finder()`` on a class). A C
     callable that runs nothing of its own (``operator.attrgetter``) is data here."""
-    if isinstance(value, type):
+    if _isinstance(value, type):
         return False
-    if isinstance(value, (types.FunctionType, types.MethodType, functools.partial, functools.partialmethod,
+    if _isinstance(value, (types.FunctionType, types.MethodType, functools.partial, functools.partialmethod,
                           classmethod, staticmethod, property)):
         return True
-    if callable(value) and isinstance(_peek(value, "__wrapped__"), types.FunctionType):
+    if callable(value) and _isinstance(_peek(value, "__wrapped__"), types.FunctionType):
         return True  # functools.lru_cache
-    return any(isinstance(vars(k).get(name), types.FunctionType) for k in type(value).__mro__
+    return any(_isinstance(_CLASS_DICT(k).get(name), types.FunctionType) for k in _MRO(type(value))
                for name in ("__call__", "__get__", "__set__", "__delete__"))
 
 
@@ -274,12 +295,12 @@ def _members(module_name: str) -> Iterator[tuple[str, Any]]:
     if module is None:
         return
     for name, value in list(vars(module).items()):
-        if name in _VOLATILE or not (callable(value) or isinstance(value, (type, types.ModuleType))):
+        if name in _VOLATILE or not (callable(value) or _isinstance(value, (type, types.ModuleType))):
             continue
         yield f"{module_name}.{name}", value
-        if isinstance(value, type) and value.__module__ == module_name:
+        if _isinstance(value, type) and value.__module__ == module_name:
             for attr, member in list(vars(value).items()):
-                if callable(member) or isinstance(member, (property, classmethod, staticmethod)) or _runs_code(member):
+                if callable(member) or _isinstance(member, (property, classmethod, staticmethod)) or _runs_code(member):
                     yield f"{module_name}.{name}.{attr}", member
 
 
@@ -293,7 +314,7 @@ for _name in _WATCHED:
 # names (``_pytest._code.code.ExceptionInfo``) is watched as well.
 _MODULES: dict[str, types.ModuleType] = {
     name: module for name, module in list(sys.modules.items())
-    if isinstance(module, types.ModuleType) and (name in _WATCHED_STDLIB or name.startswith(_WATCHED_PREFIXES))}
+    if _isinstance(module, types.ModuleType) and (name in _WATCHED_STDLIB or name.startswith(_WATCHED_PREFIXES))}
 _AT_START = {name: list(_members(name)) for name in _MODULES}
 _objects: dict[str, Any] = {key: value for found in _AT_START.values() for key, value in found}  # keeps ids valid
 _MODULE_NAMES = list(_MODULES)
@@ -301,9 +322,9 @@ _BASELINE_KEYS = {name: [key for key, _ in found] for name, found in _AT_START.i
 
 
 def _unwrapped(value: Any) -> list[Any]:
-    if isinstance(value, (classmethod, staticmethod, types.MethodType)):
+    if _isinstance(value, (classmethod, staticmethod, types.MethodType)):
         return [value.__func__]
-    if isinstance(value, property):
+    if _isinstance(value, property):
         return [f for f in (value.fget, value.fset, value.fdel) if f is not None]
     return [value]
 
@@ -321,7 +342,7 @@ def _class_code() -> dict[int, tuple[Any, str]]:
             for key in keys:
                 if "." in key[len(name) + 1:]:
                     for f in _unwrapped(_objects[key]):
-                        if isinstance(f, types.FunctionType):
+                        if _isinstance(f, types.FunctionType):
                             _CLASS_CODE[id(f)] = (f, key)
     return _CLASS_CODE
 
@@ -336,8 +357,8 @@ def _image_module(module: types.ModuleType) -> bool:
     suite scored every gold patch ``tampered``)."""
     file = getattr(module, "__file__", None)
     spec = getattr(module, "__spec__", None)
-    if (type(module) is not types.ModuleType or not isinstance(file, str) or _real(file) in _candidate
-            or getattr(spec, "origin", None) != file or isinstance(_compiled(_real(file), False), str)):
+    if (type(module) is not types.ModuleType or not _isinstance(file, str) or _real(file) in _candidate
+            or getattr(spec, "origin", None) != file or _isinstance(_compiled(_real(file), False), str)):
         return False
     values = list(vars(module).values())
     key = (module, tuple(map(id, values)))
@@ -345,8 +366,8 @@ def _image_module(module: types.ModuleType) -> bool:
         return True
     namespace = vars(module)
     for value in values:
-        own = [f for f in (vars(value).values() if isinstance(value, type) and value.__module__ == module.__name__
-                           else [value]) if isinstance(f, types.FunctionType) and f.__globals__ is namespace
+        own = [f for f in (vars(value).values() if _isinstance(value, type) and value.__module__ == module.__name__
+                           else [value]) if _isinstance(f, types.FunctionType) and f.__globals__ is namespace
                and not _made_by_dataclasses(value, f)]
         # Its own functions held to their file in its namespace (which sys.modules may no longer
         # name); every other callable judged as anywhere.
@@ -366,16 +387,16 @@ def _imported_as_is(value: Any) -> bool:
     object its home module, not the candidate's, holds under its name; else judged as anywhere."""
     home = sys.modules.get(str(getattr(value, "__module__", None) or type(value).__module__))
     file = getattr(home, "__file__", None)
-    if isinstance(file, str) and _real(file) in _candidate:
+    if _isinstance(file, str) and _real(file) in _candidate:
         return False
     name = getattr(value, "__name__", None)
-    if home is not None and isinstance(name, str) and getattr(home, name, None) is value:
+    if home is not None and _isinstance(name, str) and getattr(home, name, None) is value:
         return True
     # Its home gone from sys.modules too (the same run imported both): its code held to the file
     # of the namespace it runs in.
-    functions = [value] if isinstance(value, types.FunctionType) else [
-        f for f in vars(value).values() if isinstance(f, types.FunctionType) and not _made_by_dataclasses(value, f)
-    ] if isinstance(value, type) else []
+    functions = [value] if _isinstance(value, types.FunctionType) else [
+        f for f in vars(value).values() if _isinstance(f, types.FunctionType) and not _made_by_dataclasses(value, f)
+    ] if _isinstance(value, type) else []
     if functions and all(_held(f) for f in functions):
         return True
     return _untrusted(value) is None
@@ -388,7 +409,7 @@ _DATACLASS_METHODS = frozenset({"__init__", "__repr__", "__eq__", "__lt__", "__l
 def _made_by_dataclasses(owner: Any, function: types.FunctionType) -> bool:
     """A method ``dataclasses`` compiled from a string for a dataclass of a module of the image
     (``StepwiseCacheInfo.__init__``), which no file holds."""
-    return (isinstance(owner, type) and "__dataclass_fields__" in vars(owner) and function.__name__ in _DATACLASS_METHODS
+    return (_isinstance(owner, type) and "__dataclass_fields__" in vars(owner) and function.__name__ in _DATACLASS_METHODS
             and function.__code__.co_filename == "<string>")
 
 
@@ -396,8 +417,8 @@ def _held(function: types.FunctionType) -> bool:
     """A function compiled from the image file its namespace is the module of."""
     namespace = function.__globals__
     file, spec = namespace.get("__file__"), namespace.get("__spec__")
-    return (isinstance(file, str) and _real(file) not in _candidate and getattr(spec, "origin", None) == file
-            and _real(function.__code__.co_filename) == _real(file) and not isinstance(_compiled(_real(file), False), str)
+    return (_isinstance(file, str) and _real(file) not in _candidate and getattr(spec, "origin", None) == file
+            and _real(function.__code__.co_filename) == _real(file) and not _isinstance(_compiled(_real(file), False), str)
             and _code_why(function.__code__, "@py_builtins" in namespace) is None)
 
 
@@ -409,19 +430,19 @@ def _misplaced(key: str, value: Any) -> str | None:
     if key.startswith("builtins."):
         return None
     was = _objects.get(key)
-    if isinstance(was, types.ModuleType) or isinstance(value, types.ModuleType):
+    if _isinstance(was, types.ModuleType) or _isinstance(value, types.ModuleType):
         # ``_pytest.junitxml.re``: a module another module's code reads its functions from. A
         # package gains its submodules as they are imported (``unittest.mock``).
         submodule = was is None and key == getattr(value, "__name__", None) and _image_module(value)
         if value is was or submodule:
             return None
-        named = [f"the module {getattr(v, '__name__', '?')}" if isinstance(v, types.ModuleType) else _named(v) for v in (value, was)]
+        named = [f"the module {getattr(v, '__name__', '?')}" if _isinstance(v, types.ModuleType) else _named(v) for v in (value, was)]
         return f"{named[0]} in place of {named[1] if was is not None else 'nothing'}"
     for function in _unwrapped(value):
         # In a descriptor, or where a Python function was: a builtin, a class, a C object
         # (``BaseReport.passed = property(bool)``) runs no code a file can vouch for.
-        in_place_of_code = value is not function or isinstance(was, types.FunctionType)
-        if in_place_of_code and callable(function) and not isinstance(function, types.FunctionType):
+        in_place_of_code = value is not function or _isinstance(was, types.FunctionType)
+        if in_place_of_code and callable(function) and not _isinstance(function, types.FunctionType):
             return f"{_named(function)}, no function, as a method"
         moved = _class_code().get(id(function))
         if moved is not None and moved[0] is function and moved[1] != key:
@@ -439,13 +460,13 @@ def _namespaces() -> list[tuple[str, Any]]:
         found.append((name, vars(module)))
         # Not the builtin types: their namespaces cannot change.
         found += [(name, vars(v)) for v in list(vars(module).values())
-                  if isinstance(v, type) and v.__module__ == name and name != "builtins"]
+                  if _isinstance(v, type) and v.__module__ == name and name != "builtins"]
     return found
 
 
 def _attributes(instance: Any) -> list[Any]:
     values = list(vars(instance).values())
-    return values + [v for value in values if isinstance(value, dict) for v in list(value.values())[:64]]
+    return values + [v for value in values if _isinstance(value, dict) for v in list(value.values())[:64]]
 
 
 _NAMESPACES = _namespaces()
@@ -497,26 +518,26 @@ _LOADED_PREFIXES = ("_pytest", "pytest", "pluggy", "importlib", "_frozen_importl
 
 def _load_trusted(only: str | None = None) -> None:
     for name, module in list(sys.modules.items()):
-        if not isinstance(module, types.ModuleType) or (only is not None and name != only):
+        if not _isinstance(module, types.ModuleType) or (only is not None and name != only):
             continue
         if only is None and not name.startswith(_LOADED_PREFIXES):
             continue
         for value in list(vars(module).values()):
             # Every class once, its ``__module__`` whatever it says (pytest's public classes say
             # "pytest", and many are imported into several modules).
-            if isinstance(value, type):
+            if _isinstance(value, type):
                 if id(value) in _WALKED:
                     continue
                 _WALKED[id(value)] = value
-            members = list(vars(value).values()) if isinstance(value, type) else [value]
+            members = list(vars(value).values()) if _isinstance(value, type) else [value]
             for member in members:
                 # Only what these types hold: a getattr on any object can run its ``__getattr__``
                 # (``pytest.mark.fget`` makes a marker, and warns).
-                if isinstance(member, (classmethod, staticmethod, types.MethodType)):
+                if _isinstance(member, (classmethod, staticmethod, types.MethodType)):
                     member = member.__func__
-                functions = (member.fget, member.fset, member.fdel) if isinstance(member, property) else (member,)
+                functions = (member.fget, member.fset, member.fdel) if _isinstance(member, property) else (member,)
                 for function in functions:
-                    if isinstance(function, types.FunctionType):
+                    if _isinstance(function, types.FunctionType):
                         _trust_function(function, 0)
 
 
@@ -528,7 +549,7 @@ def _trust_function(function: types.FunctionType, depth: int) -> None:
         _LOADED[id(code)] = (code, id(function.__globals__))  # imported elsewhere, it keeps its own globals
         _LOADED_BY_FILE.setdefault(code.co_filename, []).append(code)
     for cell in function.__closure__ or ():  # what a decorator wrapped
-        if _filled(cell) and isinstance(cell.cell_contents, types.FunctionType):
+        if _filled(cell) and _isinstance(cell.cell_contents, types.FunctionType):
             _trust_function(cell.cell_contents, depth + 1)
 
 
@@ -616,15 +637,35 @@ def _stack_why(frame: types.FrameType | None) -> str | None:
 
 def _running_why(frame: types.FrameType) -> str | None:
     """Why a thread the run started, now at ``frame`` (its innermost), runs what the guard cannot
-    trust: code of its stack that is not trusted, or a loop in C its innermost frame calls."""
-    return _stack_why(frame) or _frame_why(frame)
+    trust: code of its stack that is not trusted, a start outside ``threading``, or a loop in C
+    that a frame of it calls (:func:`_frame_why`)."""
+    return _stack_why(frame) or _entry_why(frame) or _frame_why(frame)
+
+
+def _entry_why(frame: types.FrameType) -> str | None:
+    """Why the thread at ``frame`` did not start as ``threading`` starts one, or None: its first
+    frame is ``Thread._bootstrap`` of a Thread object judged as any (:func:`_thread_object_why`).
+    A thread ``_thread.start_new_thread`` started on a C callable runs Python frames only where
+    that callable calls back into them (a ninth red team's loop waited in ``Event.wait``), and
+    nothing below them names the loop; a Thread object it made up itself is the one its
+    ``_bootstrap`` frame holds."""
+    first = frame
+    for _ in range(4096):
+        if first.f_back is None:
+            break
+        first = first.f_back
+    if first.f_code is not _BOOTSTRAP_CODE:
+        code = first.f_code
+        return f"a thread started outside threading, from {code.co_qualname} ({code.co_filename})"
+    thread = first.f_locals.get("self")
+    return _thread_object_why(thread) if _isinstance(thread, threading.Thread) else "a thread without its Thread object"
 
 
 def _thread_object_why(thread: Any) -> str | None:
     """Why a Thread object the run started runs what the guard cannot trust: its target (or its
     ``run``), or a C callable among its attributes called with values that call back."""
     target = _peek(thread, "_target") or _peek(thread, "run")
-    return _untrusted(target) or _bundles_why(_attributes(thread))
+    return _untrusted(target) or _named_call_why(_attributes(thread))
 
 
 def _code_why(code: types.CodeType, rewritten: bool) -> str | None:
@@ -635,7 +676,7 @@ def _code_why(code: types.CodeType, rewritten: bool) -> str | None:
     why: str | None = None
     if id(code) not in _LOADED and not _nested_loaded(code):
         compiled = _compiled(code.co_filename, rewritten)
-        if isinstance(compiled, str):
+        if _isinstance(compiled, str):
             why = None if _as_started(code, rewritten) else compiled
         else:
             match = compiled.get((getattr(code, "co_qualname", code.co_name), code.co_firstlineno))
@@ -689,12 +730,12 @@ def _peek(obj: Any, name: str, default: Any = None) -> Any:
         found = inspect.getattr_static(obj, name)
     except AttributeError:
         return default
-    if isinstance(found, _PLAIN_DESCRIPTORS):
+    if _isinstance(found, _PLAIN_DESCRIPTORS):
         try:
             return found.__get__(obj, type(obj))
         except AttributeError:
             return default
-    return default if isinstance(found, property) else found
+    return default if _isinstance(found, property) else found
 
 
 def _peek_dict(obj: Any) -> Any:
@@ -710,13 +751,14 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
     candidate's callback inside pluggy's hook-call monitoring is a closure of pluggy's own code)."""
     if depth > 6 or obj is None:
         return None
-    if isinstance(obj, (classmethod, staticmethod)):
+    if _isinstance(obj, (classmethod, staticmethod)):
         return _untrusted(obj.__func__, depth + 1)
-    if isinstance(obj, property):
+    if _isinstance(obj, property):
         return next((why for f in (obj.fget, obj.fset, obj.fdel) if (why := _untrusted(f, depth + 1))), None)
-    if isinstance(obj, types.MethodType):
-        return _untrusted(obj.__func__, depth + 1) or _untrusted_object(obj.__self__, depth + 1)
-    if isinstance(obj, types.FunctionType):
+    if _isinstance(obj, types.MethodType):
+        return (_untrusted(obj.__func__, depth + 1) or _untrusted_object(obj.__self__, depth + 1)
+                or _bundle_why(obj, (), {}))
+    if _isinstance(obj, types.FunctionType):
         code = obj.__code__
         why = _code_why(code, "@py_builtins" in obj.__globals__) or _foreign_globals(obj)
         if why is None and obj.__builtins__ is not _BUILTINS:  # its ``__import__``, ``len``, ... are someone's
@@ -727,29 +769,31 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
             if why is None and callable(value):
                 why = _untrusted(value, depth + 1)
         return why
-    if isinstance(obj, _BUILTIN):
+    if _isinstance(obj, _BUILTIN):
         if any(obj is runner for runner in _RUNS_STRINGS):
             return f"the builtin {obj.__name__}, which runs code from a string"
         owner = getattr(obj, "__self__", None)
-        return None if owner is None or isinstance(owner, types.ModuleType) else _untrusted_object(owner, depth + 1)
-    if isinstance(obj, functools.partial):
-        parts = [obj.func, *obj.args, *obj.keywords.values()]
+        return None if owner is None or _isinstance(owner, types.ModuleType) else _untrusted_object(owner, depth + 1)
+    if _isinstance(obj, functools.partial):
+        # Read through partial's own members: a subclass's property named ``func`` is code.
+        func, args, keywords = _PARTIAL_FUNC(obj), _PARTIAL_ARGS(obj), _PARTIAL_KEYWORDS(obj)
+        parts = [func, *args, *dict.values(keywords)]
         found = next((why for p in parts if (why := _untrusted_object(p, depth + 1))), None)
-        return found or _bundle_why(obj.func, obj.args, obj.keywords)
-    if isinstance(obj, type):
-        for klass in obj.__mro__:
-            if klass.__module__ == "builtins":
+        return found or _bundle_why(func, args, keywords)
+    if _isinstance(obj, type):
+        for klass in _MRO(obj):
+            if _module_of(klass) == "builtins":
                 continue
-            for member in list(vars(klass).values()):
+            for member in list(_CLASS_DICT(klass).values()):
                 if _runs_code(member) and (why := _untrusted_member(member, depth + 1)) is not None:
                     return why
         return None
     if callable(obj):  # an instance: its class's code runs, and what it wraps
         kind = type(obj)
         wrapped = _peek(obj, "__wrapped__")
-        if isinstance(wrapped, types.FunctionType):  # functools.lru_cache
+        if _isinstance(wrapped, types.FunctionType):  # functools.lru_cache
             return _untrusted(kind, depth + 1) or _untrusted(wrapped, depth + 1)
-        if not any(isinstance(vars(k).get("__call__"), types.FunctionType) for k in kind.__mro__):
+        if not any(_isinstance(_CLASS_DICT(k).get("__call__"), types.FunctionType) for k in _MRO(kind)):
             # ``operator.methodcaller("__setattr__", "outcome", "passed")``: a C object that runs
             # no code of its own a file could vouch for.
             return f"a callable {kind.__qualname__} object"
@@ -761,7 +805,7 @@ def _untrusted_object(obj: Any, depth: int) -> str | None:
     """A value trusted code is bound to or called with (a method's ``self``, a partial's
     arguments): a callable as any, an instance by its class and the functions it holds. Judged
     once per check: plugins are bound to objects that hold the whole configuration."""
-    if depth > 6 or obj is None or isinstance(obj, (str, bytes, int, float, tuple, frozenset, types.ModuleType)):
+    if depth > 6 or obj is None or _isinstance(obj, (str, bytes, int, float, tuple, frozenset, types.ModuleType)):
         return None
     if callable(obj):
         return _untrusted(obj, depth)
@@ -785,10 +829,10 @@ _RUNS_STRINGS = (exec, eval, compile)
 
 
 def _untrusted_member(value: Any, depth: int) -> str | None:
-    if isinstance(value, functools.partialmethod):
+    if _isinstance(value, functools.partialmethod):
         parts = [value.func, *value.args, *value.keywords.values()]
         return next((why for p in parts if (why := _untrusted_object(p, depth + 1))), None)
-    if callable(value) or isinstance(value, (classmethod, property)):
+    if callable(value) or _isinstance(value, (classmethod, property)):
         return _untrusted(value, depth)
     return _untrusted_object(value, depth)  # a descriptor: its class's code runs, and what it holds
 
@@ -798,72 +842,96 @@ _INERT_CONTAINERS = (tuple, list, set, frozenset, dict)
 _INERT_ITEMS = 4096
 
 
+def _one_of(kind: type, kinds: tuple[type, ...]) -> bool:
+    """``kind in kinds`` by identity: ``in`` compares with ``==``, which a metaclass's ``__eq__``
+    answers (a ninth red team's toggle ran inside every check so)."""
+    return any(kind is each for each in kinds)
+
+
 def _inert(value: Any, depth: int = 0) -> bool:
-    """Whether a value a C callable is called with can call nothing back: not callable, no iterator
-    or other iterable (a ``map`` calls its function per item), and, for a plain container, nothing
-    but such values in it. A loop in C over calls (``deque(map(operator.call, cycle(steps)))``)
-    needs a callable or an iterator among its arguments."""
+    """Whether a value a C callable is called with, or bound to, can call nothing back: not
+    callable, no iterator or other iterable (a ``map`` calls its function per item; a file is
+    read, which calls nothing), and, for a plain container, nothing but such values in it. A loop
+    in C over calls (``deque(map(operator.call, cycle(steps)))``) needs a callable or an iterator
+    among its arguments."""
     kind = type(value)
-    if kind in _INERT_SCALARS or isinstance(value, types.ModuleType):
+    if _one_of(kind, _INERT_SCALARS) or issubclass(kind, (types.ModuleType, _IO_BASE)):
         return True
-    if kind in _INERT_CONTAINERS:
-        items = list(value.items()) if kind is dict else list(value)
+    if _one_of(kind, _INERT_CONTAINERS):
+        items = list(dict.items(value)) if kind is dict else list(value)
         if depth > 3 or len(items) > _INERT_ITEMS:
             return False
         return all(_inert(item, depth + 1) for item in items)
     if callable(value):
         return False
-    return not any(name in vars(k) for k in kind.__mro__ for name in ("__next__", "__iter__", "__getitem__"))
+    return not any(name in _CLASS_DICT(k) for k in _MRO(kind) for name in ("__next__", "__iter__", "__getitem__"))
 
 
 def _python_callable(func: Any) -> bool:
     """Whether calling ``func`` runs a Python function first (its frames show what it does)."""
-    if isinstance(func, (staticmethod, types.MethodType)):
+    if _isinstance(func, (staticmethod, types.MethodType)):
         func = func.__func__
-    return isinstance(func, types.FunctionType)
+    return _isinstance(func, types.FunctionType)
 
 
 def _bundle_why(func: Any, args: Any, kwargs: Any) -> str | None:
-    """Why a C callable (a builtin, a class, a C object) called with ``args`` and ``kwargs`` can run
-    a loop of calls the guard cannot see, or None: one of them can call back (a callable, an
-    iterator). Its work runs no frame of its own, so neither a thread's stack nor the callable
-    itself names what it runs: an eighth red team's thread drained, in C, a ``map`` over a cycle
-    of the candidate's partials that put a forging patch in place and took it away again."""
+    """Why a C callable (a builtin, a class, a C object) called with ``args`` and ``kwargs``, or
+    bound to an object (a method's ``__self__``), can run a loop of calls the guard cannot see, or
+    None: one of them can call back (a callable, an iterator). Its work runs no frame of its own,
+    so neither a thread's stack nor the callable itself names what it runs: an eighth red team's
+    thread drained, in C, a ``map`` over a cycle of the candidate's partials that put a forging
+    patch in place and took it away again; a ninth's bound the map as a method's ``__self__``."""
     if func is None or not callable(func) or _python_callable(func):
         return None
-    values = [*(args if type(args) in (tuple, list) else ()), *(kwargs.values() if type(kwargs) is dict else ())]
+    values = [*(args if _one_of(type(args), (tuple, list)) else ()),
+              *(dict.values(kwargs) if type(kwargs) is dict else ())]
+    if _isinstance(func, types.MethodType):  # a C callable bound to an object: it is called with it
+        values.append(func.__self__)
+    elif _isinstance(func, _BUILTIN):
+        owner = _peek(func, "__self__")
+        if owner is not None and not _isinstance(owner, types.ModuleType):
+            values.append(owner)
     odd = next((value for value in values if not _inert(value)), _NOTHING)
     if odd is _NOTHING:
         return None
-    name = _peek(func, "__qualname__") or type(func).__qualname__
-    return f"{name if isinstance(name, str) else type(func).__qualname__} called with a {type(odd).__qualname__}, " \
+    name = _peek(func, "__qualname__")
+    return f"{name if type(name) is str else type(func).__qualname__} called with a {type(odd).__qualname__}, " \
            "a loop in C the guard cannot see into"
 
 
 _NOTHING = object()
+_IO_BASE = _io._IOBase
+_PARTIAL_FUNC = vars(functools.partial)["func"].__get__
+_PARTIAL_ARGS = vars(functools.partial)["args"].__get__
+_PARTIAL_KEYWORDS = vars(functools.partial)["keywords"].__get__
+_FUNC_NAMES = ("_target", "target", "fn", "_fn", "func", "_func", "function", "callback", "_callback", "action", "cb")
+_ARGS_NAMES = ("_args", "args", "argument", "arguments")
+_KWARGS_NAMES = ("_kwargs", "kwargs", "kwds", "_kwds", "keywords", "kw")
+"""How the standard library's invokers name a call they make later: ``Thread`` (``_target``,
+``_args``, ``_kwargs``), ``Timer`` (``function``), a pool's work item (``fn``), ``sched``'s event
+(``action``, ``argument``), ``multiprocessing.pool.worker`` (``func``, ``kwds``), an event loop's
+handle (``_callback``)."""
 
 
-def _attributes(obj: Any) -> list[Any]:
-    """The values of an object's attributes, its ``__dict__`` and ``__slots__`` (read as :func:`_peek` reads)."""
-    values = list(_peek_dict(obj).values())[:64]
-    for klass in type(obj).__mro__:
-        slots = vars(klass).get("__slots__", ())
-        for name in (slots,) if isinstance(slots, str) else slots if isinstance(slots, (tuple, list)) else ():
-            if isinstance(name, str) and name != "__dict__" and (value := _peek(obj, name, _NOTHING)) is not _NOTHING:
-                values.append(value)
-    return values
+def _attributes(obj: Any) -> dict[str, Any]:
+    """An object's attributes by name, its ``__dict__`` and ``__slots__`` (read as :func:`_peek` reads)."""
+    named = {key: value for key, value in list(_peek_dict(obj).items())[:64] if type(key) is str}
+    for klass in _MRO(type(obj)):
+        slots = _CLASS_DICT(klass).get("__slots__", ())
+        for name in (slots,) if type(slots) is str else slots if _one_of(type(slots), (tuple, list)) else ():
+            if type(name) is str and name != "__dict__" and (value := _peek(obj, name, _NOTHING)) is not _NOTHING:
+                named[name] = value
+    return named
 
 
-def _bundles_why(values: list[Any]) -> str | None:
-    """Why a call these values make up can run a loop the guard cannot see (:func:`_bundle_why`):
-    each C callable among them with each tuple among them as its arguments and each dict as its
-    keywords (``Thread._target`` and ``_args``, ``Timer.function`` and ``args``, a pool's work
-    item's ``fn`` and ``args``, an event loop handle's ``_callback`` and ``_args``)."""
-    funcs = [v for v in values if callable(v) and not _python_callable(v)]
+def _named_call_why(names: dict[str, Any]) -> str | None:
+    """Why the call a namespace holds for later (:data:`_FUNC_NAMES`) is a loop in C (:func:`_bundle_why`)."""
+    funcs = [names[n] for n in _FUNC_NAMES if n in names and names[n] is not None]
     if not funcs:
         return None
-    packs = [v for v in values if type(v) in (tuple, list)] or [()]
-    keywords = [v for v in values if type(v) is dict] or [{}]
+    # Every pairing: a Timer holds ``function`` and ``args``, and the ``_args`` of its Thread too.
+    packs = [names[n] for n in _ARGS_NAMES if n in names] or [()]
+    keywords = [names[n] for n in _KWARGS_NAMES if n in names] or [{}]
     for func in funcs:
         for args in packs:
             for kwargs in keywords:
@@ -872,22 +940,28 @@ def _bundles_why(values: list[Any]) -> str | None:
     return None
 
 
-def _frame_why(frame: types.FrameType) -> str | None:
-    """Why the innermost frame of a thread the run started can be calling a loop in C (its stack
-    holding trusted code only, a pool's worker calling a work item): a call its locals make up, or
-    an object among them, or a tuple, holding one (:func:`_bundles_why`)."""
-    local = list(frame.f_locals.values())[:64]
-    if (why := _bundles_why(local)) is not None:
-        return why
-    for value in local:
-        if isinstance(value, functools.partial):
-            why = _untrusted(value)
-        elif type(value) is tuple:
-            why = _bundles_why(list(value)[:64])
-        elif not isinstance(value, (type, types.ModuleType, *_INERT_SCALARS, *_INERT_CONTAINERS)):
-            why = _bundles_why(_attributes(value))
-        if why is not None:
+def _frame_why(frame: types.FrameType | None) -> str | None:
+    """Why a frame of a thread the run started can be calling a loop in C, its stack holding
+    trusted code only: a call its locals hold (``sched``'s ``action`` and ``argument``), or one an
+    object among them holds (a pool's work item, a thread), or a partial or bound method among
+    them (:func:`_bundle_why`). Every frame of the stack: the loop may call back into trusted
+    Python code that waits (``Event.wait``), which is then the innermost frame."""
+    for _ in range(32):
+        if frame is None:
+            return None
+        local = {key: value for key, value in list(frame.f_locals.items())[:64] if type(key) is str}
+        if (why := _named_call_why(local)) is not None:
             return why
+        for value in local.values():
+            kind = type(value)
+            if _one_of(kind, (functools.partial, types.MethodType)):
+                why = _untrusted(value)
+            elif not (issubclass(kind, (type, types.ModuleType, types.FunctionType, _IO_BASE))
+                      or _one_of(kind, _INERT_SCALARS) or _one_of(kind, _INERT_CONTAINERS)):
+                why = _named_call_why(_attributes(value))
+            if why is not None:
+                return why
+        frame = frame.f_back
     return None
 
 
@@ -915,7 +989,7 @@ def _foreign_globals(function: types.FunctionType) -> str | None:
         return None
     module = sys.modules.get(str(namespace.get("__name__")))
     file = getattr(module, "__file__", None)
-    if module is not None and vars(module) is namespace and isinstance(file, str) and _real(file) == _real(code.co_filename):
+    if module is not None and vars(module) is namespace and _isinstance(file, str) and _real(file) == _real(code.co_filename):
         return None
     return f"the code of {code.co_qualname} from {code.co_filename} in a namespace that is not its module's"
 
@@ -923,7 +997,7 @@ def _foreign_globals(function: types.FunctionType) -> str | None:
 def _untrusted_hook(hook: Any) -> str | None:
     """An import hook (a finder, a loader, a path hook) runs its class's methods, callable or not,
     and the functions it holds (``finder.find_spec = ...`` on the instance)."""
-    if isinstance(hook, type):
+    if _isinstance(hook, type):
         return _untrusted(hook)
     why = _untrusted(hook) or _untrusted(type(hook)) or _untrusted_object(hook, 0)
     # What it holds runs too (``self.prefix + "."`` calls the prefix's ``__add__``): the classes of
@@ -931,7 +1005,7 @@ def _untrusted_hook(hook: Any) -> str | None:
     # objects of the class the candidate completes.
     for value in list(_peek_dict(hook).values())[:32] if why is None else ():
         kind = type(value)
-        if kind.__module__ != "builtins" and not isinstance(value, types.ModuleType):
+        if _module_of(kind) != "builtins" and not _isinstance(value, types.ModuleType):
             why = _untrusted(kind)
             if why is not None:
                 break
@@ -964,22 +1038,23 @@ _CURRENT_FRAMES = sys._current_frames
 _DUMMY_THREAD = threading._DummyThread
 _RAW_THREADS_AT_START = frozenset(_CURRENT_FRAMES())
 _THREAD_COUNT = _thread._count
+_BOOTSTRAP_CODE = threading.Thread._bootstrap.__code__
 _FRAMELESS_AT_START = 0
 _FRAMELESS_AT_START = _frameless()
 _SETTLE_S = 2.0
 """How long a check waits for the threads the project's code started to end before it judges them."""
 _SETTLE_BUDGET_S = 10.0
 """The most a run waits so, over all its checks: a thread that never ends costs this once."""
-_SIGNALS = tuple(getattr(signal, name) for name in ("SIGALRM", "SIGVTALRM", "SIGPROF", "SIGUSR1", "SIGUSR2",
-                                                      "SIGCHLD", "SIGIO", "SIGWINCH", "SIGTERM", "SIGINT")
-                 if hasattr(signal, name))
+_SIGNALS = tuple(sorted(set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}))
+"""Every signal a handler can be set for: a ninth red team's handler of ``SIGURG``, which no list
+named, ran from a child process's clock and took a forging patch away after each report."""
 
 
 def _caller_types() -> tuple[type, ...]:
     import pluggy._hooks as hooks
 
     return tuple(t for t in (getattr(hooks, "HookCaller", None), getattr(hooks, "_HookCaller", None),
-                             getattr(hooks, "_SubsetHookCaller", None)) if isinstance(t, type))
+                             getattr(hooks, "_SubsetHookCaller", None)) if _isinstance(t, type))
 
 
 _CALLER_TYPES = _caller_types()
@@ -1042,7 +1117,7 @@ class _Guard:
         if self._changed("instances", [v for _, i in instances for v in _attributes(i)]):
             for what, instance in instances:
                 for name, value in list(vars(instance).items()):
-                    inner = list(value.values())[:64] if isinstance(value, dict) else [value]
+                    inner = list(value.values())[:64] if _isinstance(value, dict) else [value]
                     for each in inner:
                         why = _untrusted(each) if callable(each) else _untrusted_object(each, 0) if what == "terminal writer" else None
                         if why is not None:
@@ -1062,7 +1137,7 @@ class _Guard:
             return
         held = getattr(hook, "__dict__", None)
         # pytest 8 and 9 hold the table as ``_hook_relay``; pytest 7 as ``__hook_caller`` (mangled).
-        relay_keys = [key for key, value in held.items() if value is relay] if isinstance(held, dict) else []
+        relay_keys = [key for key, value in held.items() if value is relay] if _isinstance(held, dict) else []
         if id(type(hook)) not in _VERDICT_CLASSES or not relay_keys:
             self.note(f"config.hook is not the plugin manager's ({_named(hook)})")
             return
@@ -1231,7 +1306,7 @@ def _watched_instances(config: pytest.Config) -> Iterator[tuple[str, Any]]:
     if terminal is not None:
         yield "terminal reporter", terminal
         writer = getattr(terminal, "_tw", None)
-        if writer is not None and isinstance(getattr(writer, "__dict__", None), dict):
+        if writer is not None and _isinstance(getattr(writer, "__dict__", None), dict):
             yield "terminal writer", writer  # its file's ``write`` runs inside every report hook
 
 
@@ -1260,9 +1335,9 @@ def _same_const(x: Any, y: Any) -> bool:
         return _same_code(x, y)
     if type(x) is not type(y):
         return False
-    if isinstance(x, frozenset):
+    if _isinstance(x, frozenset):
         return sorted((type(e).__name__, repr(e)) for e in x) == sorted((type(e).__name__, repr(e)) for e in y)
-    if isinstance(x, tuple):
+    if _isinstance(x, tuple):
         return len(x) == len(y) and all(_same_const(p, q) for p, q in zip(x, y))
     return repr(x) == repr(y)
 
@@ -1300,7 +1375,7 @@ def _wrapping_decorators(code: types.CodeType) -> int:
     except (OSError, SyntaxError, ValueError):
         return 0
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name and node.decorator_list:
+        if _isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name and node.decorator_list:
             if min(d.lineno for d in node.decorator_list) == code.co_firstlineno:
                 return sum(not re.match(r"(\w+\.)*mark\.", ast.unparse(d)) for d in node.decorator_list)
     return 0
@@ -1441,7 +1516,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         for impl in getattr(caller, "get_hookimpls", list)():
             _TRUSTED_IMPLS[id(impl)] = impl  # pytest's own, and the image's plugins'
     _hold_early(getattr(plugin, "__name__", "") for plugin in early_config.pluginmanager.get_plugins()
-                if isinstance(plugin, types.ModuleType))
+                if _isinstance(plugin, types.ModuleType))
 
 
 
@@ -1490,10 +1565,10 @@ def _own_namespaces() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     found = []
     for name in (__name__, "taskforge_pytest_plugin"):
         module = sys.modules.get(name)
-        if not isinstance(module, types.ModuleType):
+        if not _isinstance(module, types.ModuleType):
             continue
         spaces = [vars(module)] + [vars(v) for v in list(vars(module).values())
-                                   if isinstance(v, type) and v.__module__ == name]
+                                   if _isinstance(v, type) and v.__module__ == name]
         found += [(name, space, dict(space)) for space in spaces]
     return found
 

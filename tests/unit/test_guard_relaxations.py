@@ -32,6 +32,7 @@ import attack_e_launder_class_swap as e  # noqa: E402
 import attack_f_start_state_code_swap as f  # noqa: E402
 import attack_g_pytester_lookalike as g  # noqa: E402
 import attack_h_thread_wait as h  # noqa: E402
+import attack_i_inside_the_check as i  # noqa: E402
 
 sys.path.remove(str(ATTACKS))
 
@@ -98,6 +99,14 @@ ATTACKED = {
         h.H_CLOOP_POOL, {}, "a thread runs"),
     "a C loop run by threading.Timer, which keeps its function outside _target": (
         h.H_CLOOP_TIMER, {}, "a thread runs"),
+    "a thread's argument whose __class__ property runs inside the check": (
+        i.I_CLASS_PROPERTY, {}, "replaced _pytest.reports.TestReport.from_item_and_call"),
+    "a thread's argument whose metaclass __eq__ runs inside the check": (
+        i.I_METACLASS_EQ, {}, "replaced _pytest.reports.TestReport.from_item_and_call"),
+    "a handler of a signal no list named, a child process its clock": (i.I_SIGNAL, {}, "the handler of signal"),
+    "a C loop bound as a method's __self__, in step with the check's lock": (i.I_METHOD_SELF, {}, "a thread runs"),
+    "a raw thread's C loop that waits in the standard library's Python": (
+        i.I_RAW_WAITS, {}, "a thread started outside threading"),
 }
 
 
@@ -112,4 +121,18 @@ def test_an_honest_pytester_run_keeps_its_outcomes(tmp_path: Path) -> None:
     """The suite the lookalike attack runs, with an honest feature: no finding, every test passes."""
     findings, outcomes = _run(tmp_path, "def double(x):\n    return 2 * x\n", tests=g.TESTS_PYTESTER,
                               extra={"conftest.py": g.CONFTEST})
+    assert findings == [] and set(outcomes.values()) == {"passed"}, (findings, outcomes)
+
+
+HONEST_THREADS = {
+    "a sched scheduler run in a thread, its next action a C method": (i.HONEST_SCHED, {}),
+    "a project's flusher thread with a C clock and a list of sinks": (i.HONEST_FLUSHER, {"worker.py": i.FLUSHER}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HONEST_THREADS))
+def test_an_honest_thread_that_calls_c_code_is_no_tampering(tmp_path: Path, case: str) -> None:
+    """What the first version of the loop-in-C rule took for one (the ninth red team's)."""
+    feature, extra = HONEST_THREADS[case]
+    findings, outcomes = _run(tmp_path, feature, extra=extra)
     assert findings == [] and set(outcomes.values()) == {"passed"}, (findings, outcomes)
