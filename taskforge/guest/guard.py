@@ -665,7 +665,7 @@ def _thread_object_why(thread: Any) -> str | None:
     """Why a Thread object the run started runs what the guard cannot trust: its target (or its
     ``run``), or a C callable among its attributes called with values that call back."""
     target = _peek(thread, "_target") or _peek(thread, "run")
-    return _untrusted(target) or _named_call_why(_attributes(thread))
+    return _untrusted(target) or _named_call_why(_named_attributes(thread))
 
 
 def _code_why(code: types.CodeType, rewritten: bool) -> str | None:
@@ -913,7 +913,7 @@ _KWARGS_NAMES = ("_kwargs", "kwargs", "kwds", "_kwds", "keywords", "kw")
 handle (``_callback``)."""
 
 
-def _attributes(obj: Any) -> dict[str, Any]:
+def _named_attributes(obj: Any) -> dict[str, Any]:
     """An object's attributes by name, its ``__dict__`` and ``__slots__`` (read as :func:`_peek` reads)."""
     named = {key: value for key, value in list(_peek_dict(obj).items())[:64] if type(key) is str}
     for klass in _MRO(type(obj)):
@@ -958,7 +958,7 @@ def _frame_why(frame: types.FrameType | None) -> str | None:
                 why = _untrusted(value)
             elif not (issubclass(kind, (type, types.ModuleType, types.FunctionType, _IO_BASE))
                       or _one_of(kind, _INERT_SCALARS) or _one_of(kind, _INERT_CONTAINERS)):
-                why = _named_call_why(_attributes(value))
+                why = _named_call_why(_named_attributes(value))
             if why is not None:
                 return why
         frame = frame.f_back

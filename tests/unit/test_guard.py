@@ -386,6 +386,28 @@ def test_what_runs_without_a_function_of_its_own_or_in_a_place_no_list_named_is_
     assert any(f.startswith(finding) for f in findings), findings
 
 
+def test_an_instance_member_replaced_after_the_first_check_is_found(tmp_path: Path) -> None:
+    """The watched instances' members are compared after every test, not only at the first check:
+    the plugin manager's own ``_inner_hookexec`` (an attribute it has from the start, so only its
+    value changes) replaced while the third call of the feature runs."""
+    candidate = textwrap.dedent("""\
+        import gc, _pytest.config
+        _calls = []
+
+        def double(x):
+            _calls.append(x)
+            if len(_calls) == 3:
+                config = next(o for o in gc.get_objects() if isinstance(o, _pytest.config.Config))
+                inner = config.pluginmanager._inner_hookexec
+                def hookexec(hook_name, methods, kwargs, firstresult):
+                    return inner(hook_name, methods, kwargs, firstresult)
+                config.pluginmanager._inner_hookexec = hookexec
+            return 2 * x
+    """)
+    findings = _run(tmp_path, candidate)
+    assert any(f.startswith("replaced _inner_hookexec on the plugin manager") for f in findings), findings
+
+
 def test_a_hook_from_a_candidate_file_later_swapped_for_a_link(tmp_path: Path) -> None:
     # The hook's code still names the candidate's file; resolved, the path now leads into the
     # standard library. Named or resolved, it is the candidate's.
