@@ -37,12 +37,12 @@ from __future__ import annotations
 import _io
 import _thread
 import ast
+import collections
 import functools
 import gc
 import hashlib
 import importlib
 import importlib.machinery
-import inspect
 import itertools
 import json
 import operator
@@ -67,11 +67,46 @@ def _isinstance(obj: Any, kinds: Any) -> bool:
     return issubclass(type(obj), kinds)
 
 
+_NOTHING = object()
 _MRO = type.__dict__["__mro__"].__get__
 """A class's MRO read from the type itself, never through a metaclass's ``__mro__``."""
 _CLASS_DICT = type.__dict__["__dict__"].__get__
 """A class's own namespace, never through a metaclass's ``__dict__``."""
 _CLASS_MODULE = type.__dict__["__module__"].__get__
+
+
+def _lookup(mapping: Any, name: str) -> Any:
+    """``mapping[name]`` among its keys that are exactly strings, else :data:`_NOTHING`, without
+    hashing or comparing any other key: a dict lookup compares the probe with a stored key of the
+    same hash by that key's ``__eq__``, and a ``str`` subclass of the candidate's with the hash of
+    ``"__slots__"`` in a class's namespace ran the candidate's code inside every check (a tenth
+    red team's). Linear, for the small namespaces the checks read."""
+    kind = type(mapping)
+    if issubclass(kind, dict):
+        items = list(dict.items(mapping))
+    elif kind is types.MappingProxyType:
+        items = list(mapping.items())  # a class's namespace: a plain dict underneath
+    else:
+        return _NOTHING
+    for key, value in items:
+        if type(key) is str and key == name:
+            return value
+    return _NOTHING
+
+
+def _class_lookup(kind: type, name: str) -> Any:
+    """``name`` in the namespaces of ``kind``'s MRO, as stored (:func:`_lookup`), else :data:`_NOTHING`."""
+    for klass in _MRO(kind):
+        found = _lookup(_CLASS_DICT(klass), name)
+        if found is not _NOTHING:
+            return found
+    return _NOTHING
+
+
+def _rewritten(namespace: Any) -> bool:
+    """Whether a module's namespace is one pytest's assertion rewriting ran in (it holds
+    ``@py_builtins``), read by :func:`_lookup`: ``in`` would compare with a key of the candidate's."""
+    return _lookup(namespace, "@py_builtins") is not _NOTHING
 
 
 def _module_of(klass: type) -> str:
@@ -168,9 +203,9 @@ def _from_candidate(*, any_untrusted: bool = False) -> str | None:
         # A library's wrapper may borrow a test file's name (hypothesis's ``@given``): the test
         # files are held to their digests, so code naming them is not what this looks for.
         if (any_untrusted and path != __file__ and _LOADED and path not in _tests
-                and (why := _code_why(code, "@py_builtins" in frame.f_globals)) is not None):
+                and (why := _code_why(code, _rewritten(frame.f_globals))) is not None):
             return why
-        trusted = not _LOADED or path == __file__ or _code_why(code, "@py_builtins" in frame.f_globals) is None
+        trusted = not _LOADED or path == __file__ or _code_why(code, _rewritten(frame.f_globals)) is None
         if not any_untrusted and inner_trusted and trusted and code.co_name == "<module>" and _importing(frame):
             # A trusted module's body, being imported (by the candidate's code, say), and only
             # trusted code since: what it does is its own (asyncio's ``@types.coroutine`` swaps
@@ -192,6 +227,9 @@ def _importing(frame: types.FrameType) -> bool:
 
 
 _TRACE_EVENTS = ("sys.addaudithook", "sys.settrace", "sys.setprofile")
+_FIRST_FRAMES: dict[int, list[Any]] = {}
+"""The first frame of each thread the run started without ``threading``, as last seen, and how
+many times it was seen to change."""
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -286,7 +324,7 @@ def _runs_code(value: Any) -> bool:
         return True
     if callable(value) and _isinstance(_peek(value, "__wrapped__"), types.FunctionType):
         return True  # functools.lru_cache
-    return any(_isinstance(_CLASS_DICT(k).get(name), types.FunctionType) for k in _MRO(type(value))
+    return any(_isinstance(_lookup(_CLASS_DICT(k), name), types.FunctionType) for k in _MRO(type(value))
                for name in ("__call__", "__get__", "__set__", "__delete__"))
 
 
@@ -295,11 +333,11 @@ def _members(module_name: str) -> Iterator[tuple[str, Any]]:
     if module is None:
         return
     for name, value in list(vars(module).items()):
-        if name in _VOLATILE or not (callable(value) or _isinstance(value, (type, types.ModuleType))):
+        if type(name) is not str or name in _VOLATILE or not (callable(value) or _isinstance(value, (type, types.ModuleType))):
             continue
         yield f"{module_name}.{name}", value
-        if _isinstance(value, type) and value.__module__ == module_name:
-            for attr, member in list(vars(value).items()):
+        if _isinstance(value, type) and _module_of(value) == module_name:
+            for attr, member in list(_CLASS_DICT(value).items()):
                 if callable(member) or _isinstance(member, (property, classmethod, staticmethod)) or _runs_code(member):
                     yield f"{module_name}.{name}.{attr}", member
 
@@ -371,7 +409,7 @@ def _image_module(module: types.ModuleType) -> bool:
                and not _made_by_dataclasses(value, f)]
         # Its own functions held to their file in its namespace (which sys.modules may no longer
         # name); every other callable judged as anywhere.
-        if own and any(_code_why(f.__code__, "@py_builtins" in namespace) is not None for f in own):
+        if own and any(_code_why(f.__code__, _rewritten(namespace)) is not None for f in own):
             return False
         if not own and callable(value) and not _imported_as_is(value):
             return False
@@ -419,7 +457,7 @@ def _held(function: types.FunctionType) -> bool:
     file, spec = namespace.get("__file__"), namespace.get("__spec__")
     return (_isinstance(file, str) and _real(file) not in _candidate and getattr(spec, "origin", None) == file
             and _real(function.__code__.co_filename) == _real(file) and not _isinstance(_compiled(_real(file), False), str)
-            and _code_why(function.__code__, "@py_builtins" in namespace) is None)
+            and _code_why(function.__code__, _rewritten(namespace)) is None)
 
 
 def _misplaced(key: str, value: Any) -> str | None:
@@ -629,35 +667,46 @@ def _started_threads() -> set[int]:
 def _stack_why(frame: types.FrameType | None) -> str | None:
     """Why a frame of this stack (a thread's, from its top down) runs code that is not trusted, or None."""
     while frame is not None:
-        if (why := _code_why(frame.f_code, "@py_builtins" in frame.f_globals)) is not None:
+        if (why := _code_why(frame.f_code, _rewritten(frame.f_globals))) is not None:
             return why
         frame = frame.f_back
     return None
 
 
-def _running_why(frame: types.FrameType) -> str | None:
+def _running_why(frame: types.FrameType, ident: int) -> str | None:
     """Why a thread the run started, now at ``frame`` (its innermost), runs what the guard cannot
     trust: code of its stack that is not trusted, a start outside ``threading``, or a loop in C
     that a frame of it calls (:func:`_frame_why`)."""
-    return _stack_why(frame) or _entry_why(frame) or _frame_why(frame)
+    return _stack_why(frame) or _entry_why(frame, ident) or _frame_why(frame)
 
 
-def _entry_why(frame: types.FrameType) -> str | None:
-    """Why the thread at ``frame`` did not start as ``threading`` starts one, or None: its first
-    frame is ``Thread._bootstrap`` of a Thread object judged as any (:func:`_thread_object_why`).
-    A thread ``_thread.start_new_thread`` started on a C callable runs Python frames only where
-    that callable calls back into them (a ninth red team's loop waited in ``Event.wait``), and
-    nothing below them names the loop; a Thread object it made up itself is the one its
-    ``_bootstrap`` frame holds."""
+def _entry_why(frame: types.FrameType, ident: int) -> str | None:
+    """Why the Thread object the thread at ``frame`` started from runs what the guard cannot
+    trust (:func:`_thread_object_why`): the one its first frame, ``Thread._bootstrap``, holds,
+    whether ``threading.enumerate`` lists it or not. A thread ``_thread.start_new_thread`` started
+    on a C callable runs Python frames only where that callable calls back into them (a ninth
+    red team's loop waited in ``Event.wait``), and nothing on its stack names the loop: its first
+    frame changes from one look to the next (:data:`_FIRST_FRAMES`)."""
     first = frame
     for _ in range(4096):
         if first.f_back is None:
             break
         first = first.f_back
     if first.f_code is not _BOOTSTRAP_CODE:
-        code = first.f_code
-        return f"a thread started outside threading, from {code.co_qualname} ({code.co_filename})"
-    thread = first.f_locals.get("self")
+        # Started with ``_thread.start_new_thread`` (Python 3.11 audits no such event): the frame
+        # it was started on stays its first for as long as it runs. A first frame that changes is
+        # called from C again and again: a loop in C that calls back into Python.
+        # Seen to change twice: an ident is reused once its thread ends, by a new thread that may
+        # well start on another function.
+        seen = _FIRST_FRAMES.setdefault(ident, [first, 0])
+        if seen[0] is not first:
+            seen[0], seen[1] = first, seen[1] + 1
+        if seen[1] >= 2:
+            return f"a thread started outside threading, a loop in C calling {first.f_code.co_qualname} " \
+                   f"({first.f_code.co_filename}) and other code first, one call after another"
+        return None
+    names = first.f_locals
+    thread = _lookup(names, "self") if issubclass(type(names), dict) else _NOTHING
     return _thread_object_why(thread) if _isinstance(thread, threading.Thread) else "a thread without its Thread object"
 
 
@@ -719,6 +768,25 @@ _BUILTIN = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.Method
 _PLAIN_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
 
 
+def _static(obj: Any, name: str) -> Any:
+    """``inspect.getattr_static(obj, name)``, with every namespace read by :func:`_lookup` (the
+    standard library's compares keys with ``in``): a class's own MRO, then its metaclass's; for
+    an instance, its class's data descriptor, else its own ``__dict__``, else its class's member."""
+    kind = type(obj)
+    if issubclass(kind, type):
+        found = _class_lookup(obj, name)
+        return found if found is not _NOTHING else _class_lookup(kind, name)
+    member = _class_lookup(kind, name)
+    if member is not _NOTHING and _one_of(type(member), (*_PLAIN_DESCRIPTORS, property)):
+        return member
+    own = _class_lookup(kind, "__dict__")
+    if type(own) is types.GetSetDescriptorType:
+        found = _lookup(own.__get__(obj, kind), name)
+        if found is not _NOTHING:
+            return found
+    return member
+
+
 def _peek(obj: Any, name: str, default: Any = None) -> Any:
     """``obj.name`` read without running any code of ``obj``'s class: a check that calls
     ``getattr`` on the candidate's object runs its ``__getattr__``, ``__getattribute__`` or
@@ -726,11 +794,10 @@ def _peek(obj: Any, name: str, default: Any = None) -> Any:
     ``__getattr__`` as the guard looked for its ``__wrapped__``). The instance's own dict, else a
     class attribute as stored (a function unbound), a C slot or getset read through its
     descriptor; ``default`` for a property, whose getter is code."""
-    try:
-        found = inspect.getattr_static(obj, name)
-    except AttributeError:
+    found = _static(obj, name)
+    if found is _NOTHING:
         return default
-    if _isinstance(found, _PLAIN_DESCRIPTORS):
+    if _one_of(type(found), _PLAIN_DESCRIPTORS):
         try:
             return found.__get__(obj, type(obj))
         except AttributeError:
@@ -741,7 +808,7 @@ def _peek(obj: Any, name: str, default: Any = None) -> Any:
 def _peek_dict(obj: Any) -> Any:
     """``obj.__dict__`` read as :func:`_peek` reads (empty without a plain one)."""
     found = _peek(obj, "__dict__")
-    return found if type(found) in (dict, types.MappingProxyType) else {}
+    return found if _one_of(type(found), (dict, types.MappingProxyType)) else {}
 
 
 def _untrusted(obj: Any, depth: int = 0) -> str | None:
@@ -760,7 +827,7 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
                 or _bundle_why(obj, (), {}))
     if _isinstance(obj, types.FunctionType):
         code = obj.__code__
-        why = _code_why(code, "@py_builtins" in obj.__globals__) or _foreign_globals(obj)
+        why = _code_why(code, _rewritten(obj.__globals__)) or _foreign_globals(obj)
         if why is None and obj.__builtins__ is not _BUILTINS:  # its ``__import__``, ``len``, ... are someone's
             why = f"{code.co_qualname} with builtins of its own"
         inner = [cell.cell_contents for cell in obj.__closure__ or () if _filled(cell)]
@@ -793,7 +860,7 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
         wrapped = _peek(obj, "__wrapped__")
         if _isinstance(wrapped, types.FunctionType):  # functools.lru_cache
             return _untrusted(kind, depth + 1) or _untrusted(wrapped, depth + 1)
-        if not any(_isinstance(_CLASS_DICT(k).get("__call__"), types.FunctionType) for k in _MRO(kind)):
+        if not any(_isinstance(_lookup(_CLASS_DICT(k), "__call__"), types.FunctionType) for k in _MRO(kind)):
             # ``operator.methodcaller("__setattr__", "outcome", "passed")``: a C object that runs
             # no code of its own a file could vouch for.
             return f"a callable {kind.__qualname__} object"
@@ -805,7 +872,7 @@ def _untrusted_object(obj: Any, depth: int) -> str | None:
     """A value trusted code is bound to or called with (a method's ``self``, a partial's
     arguments): a callable as any, an instance by its class and the functions it holds. Judged
     once per check: plugins are bound to objects that hold the whole configuration."""
-    if depth > 6 or obj is None or _isinstance(obj, (str, bytes, int, float, tuple, frozenset, types.ModuleType)):
+    if depth > 6 or obj is None or _one_of(type(obj), _INERT_SCALARS) or _isinstance(obj, types.ModuleType):
         return None
     if callable(obj):
         return _untrusted(obj, depth)
@@ -819,8 +886,26 @@ def _untrusted_object(obj: Any, depth: int) -> str | None:
         for value in list(attributes.values())[:32]:
             if _runs_code(value) and (why := _untrusted_member(value, depth + 1)):
                 break
+    # What a container holds: the classes of its keys and items run code when it is searched or
+    # compared (a dict's ``get``, bound as a signal handler or a gc callback, compared a key of
+    # the candidate's with its own ``__eq__``, a tenth red team's).
+    for item in _contents(obj, 64) if why is None else ():
+        if (why := _untrusted_object(item, depth + 1)) is not None:
+            break
     _JUDGED[id(obj)] = (obj, why)
     return why
+
+
+def _contents(obj: Any, limit: int = 4097) -> list[Any]:
+    """Up to ``limit`` of what a container of a builtin kind holds (a dict's keys and values), read
+    through the builtin type's own iteration, never a subclass's ``__iter__``; [] for anything else."""
+    kind = type(obj)
+    if issubclass(kind, dict):
+        return [part for pair in itertools.islice(dict.items(obj), limit) for part in pair]
+    for base in (tuple, list, set, frozenset, collections.deque):
+        if issubclass(kind, base):
+            return list(itertools.islice(base.__iter__(obj), limit))
+    return []
 
 
 _JUDGED: dict[int, tuple[Any, str | None]] = {}  # objects judged in this check
@@ -857,14 +942,16 @@ def _inert(value: Any, depth: int = 0) -> bool:
     kind = type(value)
     if _one_of(kind, _INERT_SCALARS) or issubclass(kind, (types.ModuleType, _IO_BASE)):
         return True
-    if _one_of(kind, _INERT_CONTAINERS):
-        items = list(dict.items(value)) if kind is dict else list(value)
-        if depth > 3 or len(items) > _INERT_ITEMS:
-            return False
-        return all(_inert(item, depth + 1) for item in items)
     if callable(value):
         return False
-    return not any(name in _CLASS_DICT(k) for k in _MRO(kind) for name in ("__next__", "__iter__", "__getitem__"))
+    if issubclass(kind, (*_INERT_CONTAINERS, collections.deque)):
+        # A subclass (an OrderedDict, a namedtuple, a deque) as its builtin kind, if its own
+        # class runs only trusted code.
+        items = _contents(value)
+        if depth > 3 or len(items) > _INERT_ITEMS or (not _one_of(kind, _INERT_CONTAINERS) and _untrusted(kind)):
+            return False
+        return all(_inert(item, depth + 1) for item in items)
+    return all(_class_lookup(kind, name) is _NOTHING for name in ("__next__", "__iter__", "__getitem__"))
 
 
 def _python_callable(func: Any) -> bool:
@@ -888,8 +975,10 @@ def _bundle_why(func: Any, args: Any, kwargs: Any) -> str | None:
     if _isinstance(func, types.MethodType):  # a C callable bound to an object: it is called with it
         values.append(func.__self__)
     elif _isinstance(func, _BUILTIN):
+        # A C method's own object is data to it (a deque's ``append``, a dict's ``clear``, a
+        # cache's ``cache_clear``), unless it is an iterator the method drives (a map's ``__next__``).
         owner = _peek(func, "__self__")
-        if owner is not None and not _isinstance(owner, types.ModuleType):
+        if owner is not None and _class_lookup(type(owner), "__next__") is not _NOTHING:
             values.append(owner)
     odd = next((value for value in values if not _inert(value)), _NOTHING)
     if odd is _NOTHING:
@@ -899,7 +988,6 @@ def _bundle_why(func: Any, args: Any, kwargs: Any) -> str | None:
            "a loop in C the guard cannot see into"
 
 
-_NOTHING = object()
 _IO_BASE = _io._IOBase
 _PARTIAL_FUNC = vars(functools.partial)["func"].__get__
 _PARTIAL_ARGS = vars(functools.partial)["args"].__get__
@@ -917,7 +1005,7 @@ def _named_attributes(obj: Any) -> dict[str, Any]:
     """An object's attributes by name, its ``__dict__`` and ``__slots__`` (read as :func:`_peek` reads)."""
     named = {key: value for key, value in list(_peek_dict(obj).items())[:64] if type(key) is str}
     for klass in _MRO(type(obj)):
-        slots = _CLASS_DICT(klass).get("__slots__", ())
+        slots = _lookup(_CLASS_DICT(klass), "__slots__")
         for name in (slots,) if type(slots) is str else slots if _one_of(type(slots), (tuple, list)) else ():
             if type(name) is str and name != "__dict__" and (value := _peek(obj, name, _NOTHING)) is not _NOTHING:
                 named[name] = value
@@ -949,7 +1037,10 @@ def _frame_why(frame: types.FrameType | None) -> str | None:
     for _ in range(32):
         if frame is None:
             return None
-        local = {key: value for key, value in list(frame.f_locals.items())[:64] if type(key) is str}
+        names = frame.f_locals
+        # A frame's locals are a dict, but a namespace ``exec`` was given may be any mapping.
+        local = {key: value for key, value in itertools.islice(dict.items(names), 64)
+                 if type(key) is str} if issubclass(type(names), dict) else {}
         if (why := _named_call_why(local)) is not None:
             return why
         for value in local.values():
@@ -1031,8 +1122,27 @@ _TRUSTED_IMPLS: dict[int, Any] = {}
 _THREADS_AT_START = {id(thread): thread for thread in threading.enumerate()}
 _MONOTONIC = time.monotonic
 _SLEEP = time.sleep
-_ENUMERATE = threading.enumerate
+
+
+def _enumerate() -> list[Any]:
+    """``threading.enumerate`` without its lock: the candidate's code can hold
+    ``threading._active_limbo_lock``, and a check that waits for it waits on the candidate (a
+    tenth red team's signal handler ran while the check was blocked on it, and let it go once it
+    had put the real report factory back). The thread tables are copied in one C call each."""
+    found = []
+    for name in ("_active", "_limbo"):
+        table = _lookup(vars(threading), name)
+        if type(table) is dict:
+            found += list(dict.values(dict.copy(table)))
+    return found
+
+
+_ENUMERATE = _enumerate
 _MAIN_THREAD = threading.main_thread()
+_MAIN_IDENT = _MAIN_THREAD.ident
+_GET_IDENT = _thread.get_ident
+_SIGMASK = signal.pthread_sigmask
+_GC_ENABLED, _GC_ENABLE, _GC_DISABLE = gc.isenabled, gc.enable, gc.disable
 _LOCK_TYPE = type(threading.Lock())
 _CURRENT_FRAMES = sys._current_frames
 _DUMMY_THREAD = threading._DummyThread
@@ -1081,13 +1191,34 @@ class _Guard:
         self._callers: dict[str, Any] = {}
         self._impls: dict[int, tuple[Any, tuple[Any, ...]]] = {}
         self._settle_left = _SETTLE_BUDGET_S
+        self._graveyard: list[Any] = []
 
     def note(self, finding: str) -> None:
         if finding not in self.findings:
             self.findings.append(finding)
 
     def check(self, config: pytest.Config, *, full: bool = True) -> None:
-        _JUDGED.clear()
+        """Every check after a test, run so that no code of the candidate's can run inside it
+        where nothing scheduled it: signals held back (a handler, judged trusted or not, ran a
+        toggle inside the check when the check blocked on a lock the candidate held, a tenth red
+        team's), no collection of cyclic garbage (a ``__del__`` or a gc callback ran one at each
+        collection the check's own allocations set off), and what the check stops holding let go
+        only once it is done (a finalizer of an object the guard held last)."""
+        masked = _SIGMASK(signal.SIG_BLOCK, _SIGNALS) if _GET_IDENT() == _MAIN_IDENT else None
+        collecting = _GC_ENABLED()
+        _GC_DISABLE()
+        try:
+            self._check(config, full=full)
+        finally:
+            self._graveyard.clear()  # the finalizers the check held off run now, after it
+            _JUDGED.clear()
+            if collecting:
+                _GC_ENABLE()
+            if masked is not None:
+                _SIGMASK(signal.SIG_SETMASK, masked)
+
+    def _check(self, config: pytest.Config, *, full: bool) -> None:
+        self._odd_keys()
         self._settle()
         for finding in _early:
             self.note(finding)
@@ -1179,6 +1310,17 @@ class _Guard:
                 elif (why := _untrusted(impl.function)) is not None:
                     self.note(f"hook {name} implemented in {why}")
 
+    def _odd_keys(self) -> None:
+        """A key that is not exactly a string in ``sys.modules`` or a watched namespace: looking a
+        name up there compares the probe with a key of the same hash by the key's ``__eq__``, the
+        candidate's code (a tenth red team's key of the hash of ``"__slots__"``). Read first, by
+        the keys' types alone, before any lookup of the check's."""
+        modules = sys.modules
+        spaces = [("sys.modules", dict.keys(modules) if issubclass(type(modules), dict) else ())]
+        for name, space in [*spaces, *_NAMESPACES]:
+            if any(kind is not str for kind in map(type, space)):  # by identity: a metaclass hashes too
+                self.note(f"a key that is not a string in the namespace of {name}")
+
     def _settle(self) -> None:
         """Wait a little for the threads that run the project's code to end, before anything is
         judged. A project's code starts threads of its own: diskcache's ``memoize_stampede``
@@ -1214,7 +1356,7 @@ class _Guard:
         # no code but trusted code.
         while (left := deadline - _MONOTONIC()) > 0:
             running = _started_threads()
-            if _frameless() <= 0 and not any(_running_why(frame) is not None
+            if _frameless() <= 0 and not any(_running_why(frame, ident) is not None
                                               for ident, frame in _CURRENT_FRAMES().items() if ident not in running):
                 break
             _SLEEP(min(0.005, left))
@@ -1232,11 +1374,18 @@ class _Guard:
         # with ``_thread.start_new_thread`` has no Thread object (or a dummy one, once it asks for
         # ``current_thread()``), which ``enumerate`` never lists (a sixth red team's); one that
         # rebinds its own ``_target`` (or ``run``) once started looks like trusted code above.
-        for ident, frame in _CURRENT_FRAMES().items():
+        frames = _CURRENT_FRAMES()
+        for ident in [ident for ident in _FIRST_FRAMES if ident not in frames]:
+            del _FIRST_FRAMES[ident]  # ended (an ident is reused once its thread ends)
+        for ident, frame in frames.items():
             if ident in noted or ident in _started_threads():
                 continue
-            if (why := _running_why(frame)) is not None:
+            if (why := _running_why(frame, ident)) is not None:
                 self.note(f"a thread runs {why}")
+        for name in ("_profile_hook", "_trace_hook"):  # what threading sets in every thread it starts
+            hook = _lookup(vars(threading), name)
+            if hook is not _NOTHING and hook is not None and (why := _untrusted(hook)) is not None:
+                self.note(f"threading.{name} runs {why}")
         if (hidden := _frameless()) > 0:
             self.note(f"{hidden} thread(s) of the run with no Python frame (a C callable started with "
                       "_thread.start_new_thread), whose work the guard cannot see")
@@ -1254,15 +1403,18 @@ class _Guard:
         left out, and only a module that changed is judged again). Values are compared by
         identity and held, so their ids stay theirs: ``==`` would ask a replacement's ``__eq__``."""
         flat = list(itertools.chain.from_iterable([namespace.values() for namespace in _STEADY]))
-        flat += [value for namespace in _UNSTEADY for key, value in namespace.items() if key not in _VOLATILE]
+        flat += [value for namespace in _UNSTEADY for key, value in namespace.items()
+                 if type(key) is not str or key not in _VOLATILE]
         if len(flat) == len(self._flat) and all(map(operator.is_, flat, self._flat)):
             return []
+        self._graveyard.append(self._flat)
         self._flat = flat
         changed = []
         for index, (name, namespace) in enumerate(_NAMESPACES):
-            values = [value for key, value in namespace.items() if key not in _VOLATILE]
+            values = [value for key, value in namespace.items() if type(key) is not str or key not in _VOLATILE]
             last = self._held.get(index)
             if last is None or len(last) != len(values) or not all(map(operator.is_, last, values)):
+                self._graveyard.append(self._held.get(index))
                 self._held[index] = values
                 if not changed or changed[-1] != name:
                     changed.append(name)
@@ -1272,6 +1424,7 @@ class _Guard:
         """Whether these objects are not the very ones of the last check (held, so their ids stay
         theirs): the checks after every test judge only what changed."""
         last = self._last.get(what)
+        self._graveyard.append(last)
         self._last[what] = objects
         return last is None or len(last) != len(objects) or not all(map(operator.is_, last, objects))
 
@@ -1445,7 +1598,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         path = os.path.realpath(code.co_filename)
         if path in _candidate:
             return False
-        rewritten = "@py_builtins" in (getattr(function, "__globals__", None) or {})
+        rewritten = _rewritten(getattr(function, "__globals__", None))
         trusted = trusted_code(path, rewritten)
         match = trusted.get((getattr(code, "co_qualname", code.co_name), code.co_firstlineno)) if trusted else None
         return match is not None and _same_code(code, match)
@@ -1455,7 +1608,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if path not in _tests:
             continue
         module = getattr(item, "module", None)
-        if trusted_code(path, module is not None and "@py_builtins" in vars(module)) is None and path in changed:
+        if trusted_code(path, module is not None and _rewritten(vars(module))) is None and path in changed:
             continue
         function = getattr(item, "obj", None)
         function = getattr(function, "__func__", function)

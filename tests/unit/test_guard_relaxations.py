@@ -33,6 +33,7 @@ import attack_f_start_state_code_swap as f  # noqa: E402
 import attack_g_pytester_lookalike as g  # noqa: E402
 import attack_h_thread_wait as h  # noqa: E402
 import attack_i_inside_the_check as i  # noqa: E402
+import attack_j_keys_and_callbacks as j  # noqa: E402
 
 sys.path.remove(str(ATTACKS))
 
@@ -106,7 +107,14 @@ ATTACKED = {
     "a handler of a signal no list named, a child process its clock": (i.I_SIGNAL, {}, "the handler of signal"),
     "a C loop bound as a method's __self__, in step with the check's lock": (i.I_METHOD_SELF, {}, "a thread runs"),
     "a raw thread's C loop that waits in the standard library's Python": (
-        i.I_RAW_WAITS, {}, "a thread started outside threading"),
+        i.I_RAW_WAITS, {}, "a thread runs a thread started outside threading"),
+    "a key hashing as __slots__ in a thread class's namespace": (j.J_SLOTS_KEY, {}, "replaced _pytest"),
+    "a gc callback that is a dict's get, its key the candidate's": (j.J_GC_CALLBACK, {}, "a gc callback runs"),
+    "cyclic garbage whose __del__ the check's collections ran": (j.J_DEL_CYCLE, {}, "replaced _pytest"),
+    "a signal handler that is a dict's get, in step with the check's lock": (
+        j.J_SIGNAL_KEY, {}, "the handler of signal"),
+    "threading.setprofile, installed by threading in every thread it starts": (
+        j.J_THREAD_PROFILE, {}, "threading._profile_hook runs"),
 }
 
 
@@ -127,12 +135,16 @@ def test_an_honest_pytester_run_keeps_its_outcomes(tmp_path: Path) -> None:
 HONEST_THREADS = {
     "a sched scheduler run in a thread, its next action a C method": (i.HONEST_SCHED, {}),
     "a project's flusher thread with a C clock and a list of sinks": (i.HONEST_FLUSHER, {"worker.py": i.FLUSHER}),
+    "a Timer that clears an lru_cache": (j.HONEST_TIMER_CACHE, {}),
+    "a sched scheduler whose next action clears an OrderedDict": (j.HONEST_SCHED_ORDERED, {}),
+    "a project's reader thread pumping a child's lines into a deque's append": (j.HONEST_TAIL, {"worker.py": j.TAIL}),
+    "a project's heartbeat started with _thread.start_new_thread": (j.HONEST_HEARTBEAT, {"worker.py": j.HEARTBEAT}),
 }
 
 
 @pytest.mark.parametrize("case", sorted(HONEST_THREADS))
 def test_an_honest_thread_that_calls_c_code_is_no_tampering(tmp_path: Path, case: str) -> None:
-    """What the first version of the loop-in-C rule took for one (the ninth red team's)."""
+    """What the loop-in-C rule's first two versions took for one (the ninth and tenth red teams')."""
     feature, extra = HONEST_THREADS[case]
     findings, outcomes = _run(tmp_path, feature, extra=extra)
     assert findings == [] and set(outcomes.values()) == {"passed"}, (findings, outcomes)
