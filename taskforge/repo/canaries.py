@@ -38,7 +38,7 @@ from taskforge.repo.testdefs import (
 )
 from taskforge.repo.text import source_lines
 
-__all__ = ["TWIN_RANK", "Twin", "make_twins", "parse_source", "place_twin", "place_twins", "twin_ids"]
+__all__ = ["TWIN_RANK", "Twin", "called_names", "make_twins", "parse_source", "place_twin", "place_twins", "twin_ids"]
 
 
 def _parses(source: str) -> bool:
@@ -579,6 +579,26 @@ def _raised_in(tree: ast.Module, lines: list[str]) -> list[str]:
     return found
 
 
+def called_names(text: str) -> set[str]:
+    """The names a test file's code uses (a name read, an attribute, a name imported): a test
+    function among them is called by other code, ``for _ in range(100): test_text(fixture)``
+    (a held-out emoji library's test), so its twin, placed under its name in its place, would
+    fail that caller too, a real test, and a correct solution with it."""
+    try:
+        tree = parse_source(text)
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.alias):
+            names.add(node.name.rpartition(".")[2])
+    return names
+
+
 def make_twins(hidden: Mapping[str, str | None], fail_to_pass: Sequence[str], *, others: Iterable[str] = (),
                seed: str, read: Callable[[str], str | None] | None = None) -> list[Twin]:
     """Twin candidates for every function (up to 64) that ``fail_to_pass`` tests run (plain test
@@ -594,7 +614,9 @@ def make_twins(hidden: Mapping[str, str | None], fail_to_pass: Sequence[str], *,
     # A method an id runs from a class of another module (``class TestAstroid(TestMarkTokens)``,
     # the base imported): a twin of it in its own file would run under that id too, unseen, and
     # fail a real test. No function of that name gets a twin (asttokens' held-out gold scored 0).
-    keys = sorted(key for key, ids in groups.items() if all(i in wanted for i in ids) and key[2] not in elsewhere)
+    called = set().union(*(called_names(text) for text in hidden.values() if text is not None))
+    keys = sorted(key for key, ids in groups.items()
+                  if all(i in wanted for i in ids) and key[2] not in elsewhere and key[2] not in called)
     rng.shuffle(keys)
     twins: list[Twin] = []
     for file, classes, name in sorted(keys[:_MAX_FUNCTIONS]):

@@ -12,7 +12,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from taskforge.errors import SandboxError
-from taskforge.repo.canaries import TWIN_RANK, Twin, place_twins
+from taskforge.repo.canaries import TWIN_RANK, Twin, called_names, place_twins
 from taskforge.repo.suite import RunResult
 from taskforge.task import Task
 
@@ -84,7 +84,12 @@ def plan_runs(task: Task, changes: Mapping[str, bytes | None], selected: list[st
     with one, as before), whatever it can tell, and code that passes every test in both runs is
     caught every time."""
     chosen_set = set(selected)
+    # Not a twin of a function other code of its file calls (:func:`called_names`): tasks mined
+    # before that rule may hold one.
     twins = [t for t in task_canaries(task) if set(t.tests) <= chosen_set]
+    texts = {t.file: changes.get(t.file) for t in twins}
+    called = {file: called_names(text.decode(errors="replace")) for file, text in texts.items() if text is not None}
+    twins = [t for t in twins if t.name not in called.get(t.file, ())]
     if not twins:
         return [Part(changes=changes, select=selected, canaries=frozenset())]
     rng = random.SystemRandom()

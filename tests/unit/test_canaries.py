@@ -584,3 +584,50 @@ def test_a_test_a_factory_makes_gets_its_twin_in_the_factory() -> None:
         assert make_twins({file: FACTORY}, ids, seed="s", read={file: FACTORY, "tests/__main__.py": main}.get) == []
     ids = [f"tests/__main__.py::TestPad{kind}::test_pad" for kind in ("Dot", "Space")]
     assert make_twins({file: FACTORY}, ids, seed="s", read={file: start, "tests/__main__.py": ""}.get) == []
+
+
+CALLER = textwrap.dedent('''\
+    import random
+    from pkg import parse
+
+
+    def test_text():
+        assert parse(random.choice("ab")) in ("a", "b")
+
+
+    def test_text_many_times():
+        for _ in range(100):
+            test_text()
+
+
+    def test_other():
+        assert parse("c") == "c"
+''')
+CALLER_IDS = [f"{FILE}::test_text", f"{FILE}::test_text_many_times", f"{FILE}::test_other"]
+
+
+def test_a_test_other_code_calls_gets_no_twin() -> None:
+    """A held-out emoji library's ``test_text_multiple_times`` calls ``test_text`` 100 times: a
+    twin of ``test_text`` in its place failed that caller too, a real test, and the gold patch
+    scored 0 in 2 of 10 tasks (the gate, placing each twin in one of two runs, passed them by
+    chance). Mining makes none, and scoring places none a task mined before holds."""
+    import json
+    from dataclasses import replace
+
+    from taskforge.datasets.testing import task_rows
+    from taskforge.scoring.verdict import every_twin_placed, plan_runs
+    from taskforge.task import Task
+
+    twins = make_twins({FILE: CALLER}, CALLER_IDS, seed="t")
+    assert {t.name for t in twins} == {"test_text_many_times", "test_other"}
+    # What mining made before: a twin of test_text too.
+    old = Twin(test=f"{FILE}::test_text", tests=(f"{FILE}::test_text",), file=FILE, classes=(), name="test_text",
+               kind="plain", source="def test_text():\n    assert False\n")
+    task = replace(Task.from_row(task_rows(1)[0]), FAIL_TO_PASS=tuple(CALLER_IDS), PASS_TO_PASS=(),
+                   validation=json.dumps({"canaries": [t.to_json() for t in [*twins, old]]}))
+    with every_twin_placed():
+        for _ in range(20):
+            parts = plan_runs(task, {FILE: CALLER.encode()}, list(CALLER_IDS))
+            assert all(f"{FILE}::test_text" not in part.canaries for part in parts)
+            assert {i for part in parts for i in part.canaries} == {f"{FILE}::test_text_many_times",
+                                                                    f"{FILE}::test_other"}
