@@ -226,6 +226,17 @@ def _importing(frame: types.FrameType) -> bool:
             and caller is not None and caller.f_code.co_filename == "<frozen importlib._bootstrap>")
 
 
+# taskforge's report plugin is loaded first (``-p`` order): its writer to the outcome stream.
+_EMIT = getattr(sys.modules.get("taskforge_pytest_plugin"), "_emit", None)
+
+
+def _noted(finding: str) -> None:
+    """One finding into the outcome stream now (``{"noted": ...}``), where nothing in this
+    process can take it back."""
+    if _EMIT is not None:
+        _EMIT({"noted": finding[:300]})
+
+
 _TRACE_EVENTS = ("sys.addaudithook", "sys.settrace", "sys.setprofile")
 _FIRST_FRAMES: dict[int, list[Any]] = {}
 """The first frame of each thread the run started without ``threading``, as last seen, and how
@@ -243,6 +254,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             what = {"sys.addaudithook": "an audit hook added", "sys.settrace": "a trace function set",
                     "sys.setprofile": "a profile function set"}[event]
             _early.append(f"{what} from {where}")
+            _noted(_early[-1])
     elif event == "object.__setattr__" and len(args) > 1 and args[1] in ("__code__", "__class__"):
         if args[1] == "__class__" and not _verdicts_object(args[0]):
             return  # a project's own idiom: zipp's ``CompleteDirs.make`` makes a ZipFile one of its own
@@ -254,6 +266,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             swapped = "code" if args[1] == "__code__" else "class"
             owner = getattr(args[0], "__qualname__", None) or type(args[0]).__qualname__
             _early.append(f"the {swapped} of {owner} swapped from {where}")
+            _noted(_early[-1])
 
 
 def _image_function(obj: Any) -> bool:
@@ -301,8 +314,6 @@ def _verdicts_object(obj: Any) -> bool:
 _hold_early()
 sys.addaudithook(_audit)
 _HOOKS_AT_START = {id(entry): entry for entry in [*sys.meta_path, *sys.path_hooks]}  # kept: ids stay theirs
-# taskforge's report plugin is loaded first (``-p`` order); its writer to the outcome stream.
-_EMIT = getattr(sys.modules.get("taskforge_pytest_plugin"), "_emit", None)
 
 
 def _replacement_why(key: str, value: Any) -> str | None:
@@ -442,6 +453,36 @@ def _imported_as_is(value: Any) -> bool:
 
 _DATACLASS_METHODS = frozenset({"__init__", "__repr__", "__eq__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__",
                                 "__setattr__", "__delattr__", "__getstate__", "__setstate__"})
+
+
+def _generated(owner: type, member: Any) -> bool:
+    """A method ``dataclasses`` or ``collections.namedtuple`` compiled from a string for a class of
+    the project's or the image's, which no file holds: a dataclass's ``__init__`` run in the
+    namespace of a module laid before the run, or a namedtuple's ``__new__``, which is the very
+    code namedtuple makes for the class's fields (with no builtins, it calls ``tuple.__new__``
+    only). An honest project's thread bound to a dataclass, or a partial holding a namedtuple,
+    had been judged by such code (an eleventh red team's)."""
+    if type(member) is staticmethod:  # a class's ``__new__`` becomes one
+        member = member.__func__
+    if type(member) is not types.FunctionType or member.__code__.co_filename != "<string>":
+        return False
+    namespace = member.__globals__
+    if member.__name__ == "__new__":
+        fields = _lookup(_CLASS_DICT(owner), "_fields")
+        if type(fields) is not tuple or not all(type(f) is str and f.isidentifier() for f in fields):
+            return False
+        listed = ", ".join(fields)
+        made = compile(f"lambda _cls, {listed}: _tuple_new(_cls, ({listed}))", "<string>", "eval").co_consts[0]
+        return (_same_code(member.__code__, made) and type(namespace) is dict and len(namespace) == 3
+                and _lookup(namespace, "_tuple_new") is tuple.__new__
+                and type(builtins := _lookup(namespace, "__builtins__")) is dict and not dict.__len__(builtins))
+    if _lookup(_CLASS_DICT(owner), "__dataclass_fields__") is _NOTHING or member.__name__ not in _DATACLASS_METHODS:
+        return False
+    name = _lookup(namespace, "__name__")
+    module = sys.modules.get(name) if type(name) is str else None
+    file = _lookup(namespace, "__file__")
+    return (module is not None and type(file) is str and vars(module) is namespace and _real(file) not in _candidate
+            and not _isinstance(_compiled(_real(file), False), str))
 
 
 def _made_by_dataclasses(owner: Any, function: types.FunctionType) -> bool:
@@ -655,10 +696,10 @@ def _started_threads() -> set[int]:
     ident is reused once its thread ends): the main thread, the threads the run began with that
     still hold their interpreter lock, and those of them without a Thread object. Read from the
     threads' ``__dict__``, not through properties the candidate's code could replace."""
-    listed = {vars(t).get("_ident"): t for t in _THREADS_AT_START.values()}
+    listed = {_peek(t, "_ident"): t for t in _THREADS_AT_START.values()}
     out = {ident for ident in _RAW_THREADS_AT_START if ident not in listed}
     for ident, thread in listed.items():
-        lock = vars(thread).get("_tstate_lock")
+        lock = _peek(thread, "_tstate_lock")
         if thread is _MAIN_THREAD or (type(lock) is _LOCK_TYPE and lock.locked()):
             out.add(ident)
     return out
@@ -714,7 +755,9 @@ def _thread_object_why(thread: Any) -> str | None:
     """Why a Thread object the run started runs what the guard cannot trust: its target (or its
     ``run``), or a C callable among its attributes called with values that call back."""
     target = _peek(thread, "_target") or _peek(thread, "run")
-    return _untrusted(target) or _named_call_why(_named_attributes(thread))
+    # Its class too: a Thread subclass's ``__getattribute__`` ran inside the check as it read the
+    # thread's ``__dict__`` (an eleventh red team's).
+    return _untrusted(target) or _untrusted(type(thread)) or _named_call_why(_named_attributes(thread))
 
 
 def _code_why(code: types.CodeType, rewritten: bool) -> str | None:
@@ -852,7 +895,8 @@ def _untrusted(obj: Any, depth: int = 0) -> str | None:
             if _module_of(klass) == "builtins":
                 continue
             for member in list(_CLASS_DICT(klass).values()):
-                if _runs_code(member) and (why := _untrusted_member(member, depth + 1)) is not None:
+                if _runs_code(member) and not _generated(klass, member) and \
+                        (why := _untrusted_member(member, depth + 1)) is not None:
                     return why
         return None
     if callable(obj):  # an instance: its class's code runs, and what it wraps
@@ -1140,6 +1184,8 @@ def _enumerate() -> list[Any]:
 _ENUMERATE = _enumerate
 _MAIN_THREAD = threading.main_thread()
 _MAIN_IDENT = _MAIN_THREAD.ident
+_GETTRACE, _GETPROFILE = sys.gettrace, sys.getprofile
+_TRACE_AT_START, _PROFILE_AT_START = sys.gettrace(), sys.getprofile()
 _GET_IDENT = _thread.get_ident
 _SIGMASK = signal.pthread_sigmask
 _GC_ENABLED, _GC_ENABLE, _GC_DISABLE = gc.isenabled, gc.enable, gc.disable
@@ -1194,8 +1240,12 @@ class _Guard:
         self._graveyard: list[Any] = []
 
     def note(self, finding: str) -> None:
+        """A finding, kept for the report and sent to the scoring supervisor's stream at once:
+        what is only held in this process until the session ends, the candidate's code can
+        erase first (an eleventh red team cleared ``_early``)."""
         if finding not in self.findings:
             self.findings.append(finding)
+            _noted(finding)
 
     def check(self, config: pytest.Config, *, full: bool = True) -> None:
         """Every check after a test, run so that no code of the candidate's can run inside it
@@ -1348,7 +1398,7 @@ class _Guard:
             left = deadline - _MONOTONIC()
             if left <= 0:
                 break
-            lock = vars(thread).get("_tstate_lock")
+            lock = _peek(thread, "_tstate_lock")
             if type(lock) is _LOCK_TYPE and _thread_object_why(thread) is not None:
                 if lock.acquire(timeout=left):
                     lock.release()
@@ -1369,7 +1419,7 @@ class _Guard:
         for thread in _ENUMERATE():
             if _THREADS_AT_START.get(id(thread)) is not thread and (why := _thread_object_why(thread)) is not None:
                 self.note(f"a thread runs {why}")
-                noted.add(thread.ident)
+                noted.add(_peek(thread, "_ident"))
         # And by what each thread is running now, frame by frame down its stack: a thread started
         # with ``_thread.start_new_thread`` has no Thread object (or a dummy one, once it asks for
         # ``current_thread()``), which ``enumerate`` never lists (a sixth red team's); one that
@@ -1382,6 +1432,12 @@ class _Guard:
                 continue
             if (why := _running_why(frame, ident)) is not None:
                 self.note(f"a thread runs {why}")
+        # The trace and profile functions now, not only as the audit hook saw them set: one set
+        # by trusted code the candidate aimed (a ``contextlib`` callback run as a signal handler,
+        # no candidate frame on the stack) forged every report unseen (an eleventh red team's).
+        for what, hook, start in (("trace", _GETTRACE(), _TRACE_AT_START), ("profile", _GETPROFILE(), _PROFILE_AT_START)):
+            if hook is not None and hook is not start and (why := _untrusted(hook)) is not None:
+                self.note(f"the {what} function runs {why}")
         for name in ("_profile_hook", "_trace_hook"):  # what threading sets in every thread it starts
             hook = _lookup(vars(threading), name)
             if hook is not _NOTHING and hook is not None and (why := _untrusted(hook)) is not None:
@@ -1449,7 +1505,7 @@ def _watched_instances(config: pytest.Config) -> Iterator[tuple[str, Any]]:
     )
 
     yield "plugin manager", config.pluginmanager
-    tracer = getattr(getattr(config.pluginmanager, "trace", None), "root", None)
+    tracer = _peek(_peek(config.pluginmanager, "trace"), "root")
     if tracer is not None:  # its processors and writer see every traced hook call's arguments
         yield "hook tracer", tracer
     writer = config.stash.get(xml_key, None)
@@ -1458,8 +1514,8 @@ def _watched_instances(config: pytest.Config) -> Iterator[tuple[str, Any]]:
     terminal = config.pluginmanager.get_plugin("terminalreporter")
     if terminal is not None:
         yield "terminal reporter", terminal
-        writer = getattr(terminal, "_tw", None)
-        if writer is not None and _isinstance(getattr(writer, "__dict__", None), dict):
+        writer = _peek(terminal, "_tw")
+        if writer is not None:
             yield "terminal writer", writer  # its file's ``write`` runs inside every report hook
 
 

@@ -169,7 +169,8 @@ class OutcomeStream:
     line that is not one of the plugin's, more than the supervisor keeps."""
     driver_exit: int | None = None
     guard: tuple[str, ...] | None = None
-    """The scoring guard's findings as it sent them when the session ended; None when it sent none."""
+    """The scoring guard's findings: those it sent as it made them (``{"noted": ...}``) and those it
+    sent when the session ended; None when it sent none."""
 
 
 def parse_stream(text: str, *, overflow: bool = False, closed: bool = True) -> OutcomeStream:
@@ -177,6 +178,7 @@ def parse_stream(text: str, *, overflow: bool = False, closed: bool = True) -> O
     outcomes: dict[str, str] = {}
     finish: int | None = None
     guard: tuple[str, ...] | None = None
+    noted: list[str] = []
     faults: list[str] = []
     for number, line in enumerate(text.splitlines(), 1):
         try:
@@ -194,6 +196,8 @@ def parse_stream(text: str, *, overflow: bool = False, closed: bool = True) -> O
             if finish is not None:
                 faults.append("the session ended twice")
             finish = record["finish"]
+        elif isinstance(record, dict) and set(record) == {"noted"} and isinstance(record["noted"], str):
+            noted.append(record["noted"])  # a finding the guard sent as it made it
         elif isinstance(record, dict) and set(record) == {"guard"} and isinstance(record["guard"], list) \
                 and all(isinstance(f, str) for f in record["guard"]):
             if guard is not None:
@@ -201,6 +205,8 @@ def parse_stream(text: str, *, overflow: bool = False, closed: bool = True) -> O
             guard = tuple(record["guard"])
         else:
             faults.append(f"line {number} of the outcome stream is not the plugin's")
+    if noted:  # what the guard noted counts whether or not its last record says it again
+        guard = tuple(dict.fromkeys([*(guard or ()), *noted]))
     if overflow:
         faults.append("the outcome stream overflowed")
     if not closed:

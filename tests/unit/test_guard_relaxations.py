@@ -34,6 +34,7 @@ import attack_g_pytester_lookalike as g  # noqa: E402
 import attack_h_thread_wait as h  # noqa: E402
 import attack_i_inside_the_check as i  # noqa: E402
 import attack_j_keys_and_callbacks as j  # noqa: E402
+import attack_k_lookups_and_trace as k  # noqa: E402
 
 sys.path.remove(str(ATTACKS))
 
@@ -115,6 +116,10 @@ ATTACKED = {
         j.J_SIGNAL_KEY, {}, "the handler of signal"),
     "threading.setprofile, installed by threading in every thread it starts": (
         j.J_THREAD_PROFILE, {}, "threading._profile_hook runs"),
+    "a Thread subclass's __getattribute__ and a proxy writer, run by the check's lookups": (
+        k.K2_INSIDE_THE_CHECK, {}, "a thread runs"),
+    "a trace function set by contextlib's callback as a signal handler": (
+        k.L2_TRACE_FROM_A_SIGNAL, {}, "the trace function runs"),
 }
 
 
@@ -139,6 +144,8 @@ HONEST_THREADS = {
     "a sched scheduler whose next action clears an OrderedDict": (j.HONEST_SCHED_ORDERED, {}),
     "a project's reader thread pumping a child's lines into a deque's append": (j.HONEST_TAIL, {"worker.py": j.TAIL}),
     "a project's heartbeat started with _thread.start_new_thread": (j.HONEST_HEARTBEAT, {"worker.py": j.HEARTBEAT}),
+    "a conftest's thread on a partial holding a namedtuple": (
+        "def double(x):\n    return 2 * x\n", {"conftest.py": k.CONFTEST_NAMEDTUPLE}),
 }
 
 

@@ -120,3 +120,15 @@ def test_exit_zero_with_a_skip_is_no_forgery_but_with_a_failure_it_is() -> None:
     failed = _run(_lines({"t": "t1", "o": "passed"}, {"t": "t2", "o": "failed"}, {"guard": []}, {"finish": 0}),
                   {"t1": "passed", "t2": "failed"}, 0)
     assert any(t.startswith("exit: pytest exited 0 with 1 selected tests failed") for t in judge_run(failed, ["t1", "t2"]).tampering)
+
+
+def test_a_finding_the_guard_sent_as_it_made_it_counts_whatever_its_last_record_says() -> None:
+    """The guard sends each finding as it notes it: code that empties the guard's lists before the
+    session ends (an eleventh red team cleared ``_early``) leaves the last record empty, and the
+    finding stands all the same."""
+    erased = _run(_lines({"noted": "a trace function set from /w/feature.py"}, {"t": "t1", "o": "passed"},
+                         {"guard": []}, {"finish": 0}), {"t1": "passed"}, 0)
+    assert erased.stream is not None and erased.stream.faults == ()
+    assert "guard: a trace function set from /w/feature.py" in judge_run(erased, ["t1"]).tampering
+    both = parse_stream(_lines({"noted": "x"}, {"guard": ["x", "y"]}, {"finish": 0}))
+    assert both.guard == ("x", "y")
