@@ -582,7 +582,7 @@ def _raised_in(tree: ast.Module, lines: list[str]) -> list[str]:
 def called_names(text: str) -> set[str]:
     """The names a test file's code uses (a name read, an attribute, a name imported): a test
     function among them is called by other code, ``for _ in range(100): test_text(fixture)``
-    (a held-out emoji library's test), so its twin, placed under its name in its place, would
+    (a held-out text library's test), so its twin, placed under its name in its place, would
     fail that caller too, a real test, and a correct solution with it."""
     try:
         tree = parse_source(text)

@@ -607,7 +607,7 @@ CALLER_IDS = [f"{FILE}::test_text", f"{FILE}::test_text_many_times", f"{FILE}::t
 
 
 def test_a_test_other_code_calls_gets_no_twin() -> None:
-    """A held-out emoji library's ``test_text_multiple_times`` calls ``test_text`` 100 times: a
+    """A held-out text library's ``test_text_multiple_times`` calls ``test_text`` 100 times: a
     twin of ``test_text`` in its place failed that caller too, a real test, and the gold patch
     scored 0 in 2 of 10 tasks (the gate, placing each twin in one of two runs, passed them by
     chance). Mining makes none, and scoring places none a task mined before holds."""
