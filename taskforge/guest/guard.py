@@ -1427,11 +1427,16 @@ class _Guard:
         frames = _CURRENT_FRAMES()
         for ident in [ident for ident in _FIRST_FRAMES if ident not in frames]:
             del _FIRST_FRAMES[ident]  # ended (an ident is reused once its thread ends)
-        for ident, frame in frames.items():
-            if ident in noted or ident in _started_threads():
-                continue
-            if (why := _running_why(frame, ident)) is not None:
-                self.note(f"a thread runs {why}")
+        suspects = [ident for ident, frame in frames.items()
+                    if ident not in noted and ident not in _started_threads() and _running_why(frame, ident) is not None]
+        if suspects:
+            # A pool's worker may have taken up the project's work only after the wait above
+            # ended (the guest of a loaded machine): waited for once more, and judged again.
+            self._settle()
+            frames = _CURRENT_FRAMES()
+            for ident in suspects:
+                if ident in frames and (why := _running_why(frames[ident], ident)) is not None:
+                    self.note(f"a thread runs {why}")
         # The trace and profile functions now, not only as the audit hook saw them set: one set
         # by trusted code the candidate aimed (a ``contextlib`` callback run as a signal handler,
         # no candidate frame on the stack) forged every report unseen (an eleventh red team's).
