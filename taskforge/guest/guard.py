@@ -134,8 +134,6 @@ _WATCHED_PREFIXES = ("_pytest", "pytest", "pluggy", "unittest", "xml.etree", "do
 # ``re.sub``, the stream's ``os.write`` and JSON encoder), watched as pytest's own modules are.
 _WATCHED_STDLIB = frozenset({"builtins", "os", "posix", "re", "re._compiler", "re._parser", "json", "json.encoder",
                              "functools", "io", "enum", "_collections_abc", "collections", "collections.abc", "codecs"})
-_REPORT_HOOKS = ("pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_report_teststatus",
-                 "pytest_runtest_protocol", "pytest_runtest_call", "pytest_pyfunc_call")
 # Module globals pytest itself swaps during a run.
 _VOLATILE = frozenset({"_reprcompare", "_assertion_pass", "_config"})
 
@@ -1331,11 +1329,15 @@ class _Guard:
         implementation keeps what it was registered with, and runs trusted code unless it is one
         the image's plugins registered before any conftest."""
         relay = config.pluginmanager.hook
-        hooks = dict(vars(relay))
-        # After each test: the table itself, and the callers of the hooks that make a report.
-        # At the start and the end of the session: every caller (judged again only if one of them
-        # changed since it was last judged).
-        report = [hooks.get(name) for name in _REPORT_HOOKS] if not full else list(hooks.values())
+        table = _peek_dict(relay)
+        if any(kind is not str for kind in map(type, table)):
+            self.note("a key that is not a string in the hook table")
+        hooks = {key: value for key, value in list(table.items()) if type(key) is str}
+        # After each test and at the start and the end of the session: every caller (judged again
+        # only if one of them changed since it was last judged). Only the report hooks' once: a
+        # plugin registered during a test, its setup hook patching the report factory and its
+        # teardown hook undoing it, left before the session ended (an eleventh red team's).
+        report = list(hooks.values())
         if not self._changed("hooks" if not full else "all hooks", [*hooks.values(), *map(type, report), *(
                 x for caller in report for x in (getattr(caller, "_hookexec", None), *getattr(caller, "_hookimpls", ())))]):
             return

@@ -120,6 +120,8 @@ ATTACKED = {
         k.K2_INSIDE_THE_CHECK, {}, "a thread runs"),
     "a trace function set by contextlib's callback as a signal handler": (
         k.L2_TRACE_FROM_A_SIGNAL, {}, "the trace function runs"),
+    "a plugin registered during a test, its setup and teardown hooks toggling a patch": (
+        k.K1_TRANSIENT_PLUGIN, {}, "hook pytest_runtest_setup implemented in"),
 }
 
 
