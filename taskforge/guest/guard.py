@@ -95,12 +95,26 @@ def _lookup(mapping: Any, name: str) -> Any:
 
 
 def _class_lookup(kind: type, name: str) -> Any:
-    """``name`` in the namespaces of ``kind``'s MRO, as stored (:func:`_lookup`), else :data:`_NOTHING`."""
+    """``name`` in the namespaces of ``kind``'s MRO, as stored (:func:`_lookup`), else :data:`_NOTHING`.
+    Kept for the rest of the check (:data:`_LOOKED_UP`): no code of the candidate's runs inside
+    a check, so no namespace changes during one."""
+    key = (id(kind), name)
+    hit = _LOOKED_UP.get(key) if _IN_CHECK else None
+    if hit is not None and hit[0] is kind:
+        return hit[1]
+    found = _NOTHING
     for klass in _MRO(kind):
         found = _lookup(_CLASS_DICT(klass), name)
         if found is not _NOTHING:
-            return found
-    return _NOTHING
+            break
+    if _IN_CHECK:
+        _LOOKED_UP[key] = (kind, found)
+    return found
+
+
+_LOOKED_UP: dict[tuple[int, str], tuple[type, Any]] = {}
+""":func:`_class_lookup`'s answers in this check, each with its class held (ids stay theirs)."""
+_IN_CHECK: list[bool] = []  # non-empty while a check runs
 
 
 def _rewritten(namespace: Any) -> bool:
@@ -333,7 +347,8 @@ def _runs_code(value: Any) -> bool:
         return True
     if callable(value) and _isinstance(_peek(value, "__wrapped__"), types.FunctionType):
         return True  # functools.lru_cache
-    return any(_isinstance(_lookup(_CLASS_DICT(k), name), types.FunctionType) for k in _MRO(type(value))
+    kind = type(value)
+    return any(_isinstance(_class_lookup(kind, name), types.FunctionType)
                for name in ("__call__", "__get__", "__set__", "__delete__"))
 
 
@@ -1255,9 +1270,13 @@ class _Guard:
         masked = _SIGMASK(signal.SIG_BLOCK, _SIGNALS) if _GET_IDENT() == _MAIN_IDENT else None
         collecting = _GC_ENABLED()
         _GC_DISABLE()
+        _LOOKED_UP.clear()
+        _IN_CHECK.append(True)
         try:
             self._check(config, full=full)
         finally:
+            _IN_CHECK.clear()
+            _LOOKED_UP.clear()
             self._graveyard.clear()  # the finalizers the check held off run now, after it
             _JUDGED.clear()
             if collecting:
