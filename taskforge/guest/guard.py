@@ -489,7 +489,7 @@ def _generated(owner: type, member: Any) -> bool:
         return (_same_code(member.__code__, made) and type(namespace) is dict and len(namespace) == 3
                 and _lookup(namespace, "_tuple_new") is tuple.__new__
                 and type(builtins := _lookup(namespace, "__builtins__")) is dict and not dict.__len__(builtins))
-    if _lookup(_CLASS_DICT(owner), "__dataclass_fields__") is _NOTHING or member.__name__ not in _DATACLASS_METHODS:
+    if not _made_by_dataclasses(owner, member):
         return False
     name = _lookup(namespace, "__name__")
     module = sys.modules.get(name) if type(name) is str else None
@@ -501,8 +501,9 @@ def _generated(owner: type, member: Any) -> bool:
 def _made_by_dataclasses(owner: Any, function: types.FunctionType) -> bool:
     """A method ``dataclasses`` compiled from a string for a dataclass of a module of the image
     (``StepwiseCacheInfo.__init__``), which no file holds."""
-    return (_isinstance(owner, type) and "__dataclass_fields__" in vars(owner) and function.__name__ in _DATACLASS_METHODS
-            and function.__code__.co_filename == "<string>")
+    name = function.__name__
+    return (_isinstance(owner, type) and _lookup(_CLASS_DICT(owner), "__dataclass_fields__") is not _NOTHING
+            and type(name) is str and name in _DATACLASS_METHODS and function.__code__.co_filename == "<string>")
 
 
 def _held(function: types.FunctionType) -> bool:
@@ -1193,8 +1194,6 @@ def _enumerate() -> list[Any]:
             found += list(dict.values(dict.copy(table)))
     return found
 
-
-_ENUMERATE = _enumerate
 _MAIN_THREAD = threading.main_thread()
 _MAIN_IDENT = _MAIN_THREAD.ident
 _GETTRACE, _GETPROFILE = sys.gettrace, sys.getprofile
@@ -1413,7 +1412,7 @@ class _Guard:
             return
         started = _MONOTONIC()
         deadline = started + min(_SETTLE_S, self._settle_left)
-        for thread in _ENUMERATE():
+        for thread in _enumerate():
             if thread is _MAIN_THREAD or _THREADS_AT_START.get(id(thread)) is thread:
                 continue
             left = deadline - _MONOTONIC()
@@ -1437,7 +1436,7 @@ class _Guard:
         """Code the interpreter calls when nobody scheduled it: threads, gc callbacks, signal
         handlers. Each runs trusted code, or it can edit a report between the checks."""
         noted = set()
-        for thread in _ENUMERATE():
+        for thread in _enumerate():
             if _THREADS_AT_START.get(id(thread)) is not thread and (why := _thread_object_why(thread)) is not None:
                 self.note(f"a thread runs {why}")
                 noted.add(_peek(thread, "_ident"))
